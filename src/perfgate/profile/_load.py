@@ -115,6 +115,18 @@ def _gpu_list(v: Any) -> tuple[int | str, ...]:
     return tuple(v)
 
 
+def _id_range(v: Any) -> tuple[int, int]:
+    ok = (
+        isinstance(v, list)
+        and len(v) == 2
+        and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v)
+        and v[0] < v[1]
+    )
+    if not ok:
+        raise _Bad("[lo, hi] with 0 <= lo < hi (token ids are drawn from lo to hi - 1)")
+    return (v[0], v[1])
+
+
 def _str_map(v: Any) -> dict[str, str]:
     if not isinstance(v, dict) or not all(isinstance(x, str) for x in v.values()):
         raise _Bad("a table of string values")
@@ -184,12 +196,15 @@ _WORKLOAD_KEYS: dict[str, Checker] = {
     "request_rate": _float(0.0, allow_inf=True, strict_min=True),
     "warmup_requests": _int(0),
     "backend": _choice("sglang", "openai-completions", "openai-chat"),
+    "ignore_eos": _bool,
     "range_ratio": _ratio,
     "seed": _int(0),
     "flush_cache": _bool,
     "pacing": _choice("poisson", "constant"),
     "max_error_rate": _ratio,
     "repeats": _int(1),
+    "token_id_range": _id_range,
+    "stall_timeout_s": _float(0.0, strict_min=True),
     "extra_body": _table,
     "floors": _metric_map(),
     "ceilings": _metric_map(),

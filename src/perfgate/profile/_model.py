@@ -65,6 +65,8 @@ class Workload:
     request_rate: float = math.inf
     warmup_requests: int = 1
     backend: Backend = "sglang"
+    # Ask the server to ignore EOS so every request produces exactly output_len tokens.
+    ignore_eos: bool = True
     range_ratio: float = 1.0
     seed: int = 0
     flush_cache: bool = False
@@ -72,6 +74,10 @@ class Workload:
     max_error_rate: float = 0.0
     # Overrides [gate].repeats for this workload when set.
     repeats: int | None = None
+    # Prompt token ids are drawn from [lo, hi); None uses a range safe for common vocabularies.
+    token_id_range: tuple[int, int] | None = None
+    # A request whose stream is silent this long fails (a hung server must not hang the gate).
+    stall_timeout_s: float = 600.0
     # Extra JSON fields merged into every request body (e.g. generation_config).
     extra_body: Mapping[str, object] = field(default_factory=dict)
     floors: Mapping[str, float] = field(default_factory=dict)
@@ -87,9 +93,11 @@ class Workload:
             "output_len": self.output_len,
             "request_rate": "inf" if math.isinf(self.request_rate) else self.request_rate,
             "backend": self.backend,
+            "ignore_eos": self.ignore_eos,
             "range_ratio": self.range_ratio,
             "seed": self.seed,
             "pacing": self.pacing,
+            "token_id_range": list(self.token_id_range) if self.token_id_range else None,
         }
 
 

@@ -1,0 +1,17 @@
+"""Load: seeded exact-length prompts, pacing, and a streaming client that measures itself."""
+
+from perfgate.load._client import ClientLimits, ClientStats, LoadRun, Progress, run_workload
+from perfgate.load._dataset import RequestSpec, arrival_offsets_s, make_requests
+from perfgate.load._records import RequestRecord
+
+__all__ = [
+    "ClientLimits",
+    "ClientStats",
+    "LoadRun",
+    "Progress",
+    "RequestRecord",
+    "RequestSpec",
+    "arrival_offsets_s",
+    "make_requests",
+    "run_workload",
+]

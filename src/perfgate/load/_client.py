@@ -1,0 +1,340 @@
+"""The load client: one asyncio event loop, one aiohttp session, every request streamed.
+
+The client measures itself while it runs (CPU per streamed chunk, event-loop lag): numbers
+from a saturated client describe the client, not the server, and are marked invalid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import aiohttp
+
+from perfgate.errors import LoadError
+from perfgate.load._backends import BACKENDS, Backend, StreamState
+from perfgate.load._dataset import RequestSpec, arrival_offsets_s, make_requests
+from perfgate.load._records import RequestRecord
+from perfgate.profile import Workload
+
+# Warmup requests are capped like bench_serving's: enough to exercise every path, cheap to run.
+_WARMUP_OUTPUT_CAP = 32
+_LAG_TICK_S = 0.05
+_PROGRESS_EVERY_S = 0.5
+
+
+@dataclass(frozen=True)
+class ClientLimits:
+    """When the client itself is the bottleneck: loop lag p99 above ``max_lag_p99_ms`` or the
+    client process above ``max_cpu_share`` of one core over the measured phase."""
+
+    max_lag_p99_ms: float = 200.0
+    max_cpu_share: float = 0.9
+
+
+@dataclass(frozen=True)
+class ClientStats:
+    """The client's own cost during the measured phase."""
+
+    cpu_s: float
+    wall_s: float
+    chunks: int
+    cpu_us_per_chunk: float
+    cpu_share: float  # process CPU seconds per wall second (1.0 = one full core)
+    loop_lag_p99_ms: float
+    loop_lag_max_ms: float
+    saturated: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Progress:
+    done: int
+    total: int
+    in_flight: int
+    errors: int
+    output_tokens: int
+    elapsed_s: float
+    warmup: bool
+
+
+@dataclass
+class LoadRun:
+    """Everything the client saw of one measured run of a workload (warmup excluded)."""
+
+    workload: str
+    backend: str
+    start_s: float
+    end_s: float
+    records: list[RequestRecord]
+    client: ClientStats
+    warmup_requests: int
+    flushed_cache: bool
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_s - self.start_s
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return 0.0
+    pos = (len(sorted_values) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+class _LagMonitor:
+    """Event-loop lag: how late a 50 ms timer fires. A saturated loop delays every chunk it reads."""
+
+    def __init__(self) -> None:
+        self.lags_s: list[float] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            expected = loop.time() + _LAG_TICK_S
+            await asyncio.sleep(_LAG_TICK_S)
+            self.lags_s.append(max(0.0, loop.time() - expected))
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+
+class _Runner:
+    def __init__(
+        self,
+        base_url: str,
+        workload: Workload,
+        backend: Backend,
+        headers: dict[str, str],
+        on_progress: Callable[[Progress], None] | None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.workload = workload
+        self.backend = backend
+        self.headers = headers
+        self.on_progress = on_progress
+        self.done = 0
+        self.errors = 0
+        self.in_flight = 0
+        self.output_tokens = 0
+        self.chunks = 0
+
+    async def one(self, session: aiohttp.ClientSession, index: int, spec: RequestSpec, max_tokens: int) -> RequestRecord:
+        rec = RequestRecord(index=index, input_tokens=spec.input_len, requested_output_tokens=max_tokens)
+        state = StreamState()
+        body = self.backend.body(spec, max_tokens)
+        url = self.base_url + self.backend.path
+        feed = self.backend.feed
+        offsets = rec.chunk_offsets_s
+        counts = rec.chunk_tokens
+        clock = time.monotonic
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=self.workload.stall_timeout_s)
+        self.in_flight += 1
+        rec.start_s = start = clock()
+        try:
+            async with session.post(url, json=body, headers=self.headers, timeout=timeout) as resp:
+                if resp.status != 200:
+                    text = (await resp.text())[:300].strip()
+                    state.error = f"HTTP {resp.status} from {self.backend.path}: {text}"
+                else:
+                    async for line in resp.content:
+                        if not line.startswith(b"data:"):
+                            continue
+                        payload = line[5:].strip()
+                        if payload == b"[DONE]":
+                            state.done = True
+                            break
+                        n = feed(payload, state)
+                        if state.error:
+                            break
+                        if n:
+                            now = clock() - start
+                            if rec.ttft_s is None:
+                                rec.ttft_s = now
+                            offsets.append(now)
+                            counts.append(min(n, 65535))
+                    rec.latency_s = clock() - start
+        except asyncio.TimeoutError:
+            state.error = f"stream stalled: no data for {self.workload.stall_timeout_s:g} s"
+        except aiohttp.ClientError as e:
+            state.error = f"connection error after {state.tokens} tokens: {type(e).__name__}: {e}"
+        except ValueError as e:
+            state.error = f"unparseable stream chunk: {e}"
+        finally:
+            self.in_flight -= 1
+        self.chunks += len(offsets)
+        rec.output_tokens = state.server_tokens
+        rec.error = state.error or self._completeness_error(state, max_tokens)
+        self.done += 1
+        if rec.error:
+            self.errors += 1
+        else:
+            self.output_tokens += state.server_tokens if state.server_tokens is not None else state.tokens
+        return rec
+
+    def _completeness_error(self, state: StreamState, max_tokens: int) -> str:
+        # Servers that never send [DONE] (transformers serve) end their stream with a finish_reason.
+        if not state.done and state.finish_reason is None:
+            return f"truncated stream: ended after {state.tokens} tokens without [DONE] or a finish_reason"
+        got = state.server_tokens if state.server_tokens is not None else state.tokens
+        if self.workload.ignore_eos and got < max_tokens:
+            return f"short stream: {got} of {max_tokens} tokens with ignore_eos (finish_reason {state.finish_reason!r})"
+        return ""
+
+    def snapshot(self, total: int, t0: float, warmup: bool) -> Progress:
+        return Progress(self.done, total, self.in_flight, self.errors, self.output_tokens, time.monotonic() - t0, warmup)
+
+    async def phase(
+        self, session: aiohttp.ClientSession, specs: list[RequestSpec], offsets: list[float], cap: int | None, warmup: bool
+    ) -> list[RequestRecord]:
+        sem = asyncio.Semaphore(self.workload.concurrency)
+        tasks: list[asyncio.Task[RequestRecord]] = []
+        t0 = time.monotonic()
+        self.done = self.errors = self.output_tokens = 0
+        ticker = asyncio.get_running_loop().create_task(self._progress(len(specs), t0, warmup))
+
+        async def limited(i: int, spec: RequestSpec) -> RequestRecord:
+            try:
+                return await self.one(session, i, spec, min(spec.output_len, cap) if cap else spec.output_len)
+            finally:
+                sem.release()
+
+        try:
+            for i, (spec, at) in enumerate(zip(specs, offsets)):
+                delay = t0 + at - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                await sem.acquire()
+                tasks.append(asyncio.create_task(limited(i, spec)))
+            return list(await asyncio.gather(*tasks))
+        finally:
+            ticker.cancel()
+            for t in tasks:
+                t.cancel()
+            if self.on_progress:
+                self.on_progress(self.snapshot(len(specs), t0, warmup))
+
+    async def _progress(self, total: int, t0: float, warmup: bool) -> None:
+        if not self.on_progress:
+            return
+        while True:
+            await asyncio.sleep(_PROGRESS_EVERY_S)
+            self.on_progress(self.snapshot(total, t0, warmup))
+
+
+async def _flush_cache(session: aiohttp.ClientSession, base_url: str, headers: dict[str, str]) -> None:
+    url = base_url.rstrip("/") + "/flush_cache?timeout=60"
+    async with session.post(url, headers=headers) as resp:
+        if resp.status != 200:
+            raise LoadError(f"POST {url} answered HTTP {resp.status}: {(await resp.text())[:200]}; set flush_cache = false for servers without /flush_cache")
+
+
+async def _run(
+    base_url: str,
+    workload: Workload,
+    backend: Backend,
+    headers: dict[str, str],
+    limits: ClientLimits,
+    on_progress: Callable[[Progress], None] | None,
+    seed_offset: int,
+) -> LoadRun:
+    runner = _Runner(base_url, workload, backend, headers, on_progress)
+    specs = make_requests(workload, workload.num_prompts, seed_offset=seed_offset)
+    offsets = arrival_offsets_s(workload, len(specs))
+    connector = aiohttp.TCPConnector(limit=0, force_close=False)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
+        notes: list[str] = []
+        if workload.warmup_requests:
+            warm = make_requests(workload, workload.warmup_requests, seed_offset=seed_offset + 1_000_000)
+            warm_records = await runner.phase(session, warm, [0.0] * len(warm), _WARMUP_OUTPUT_CAP, warmup=True)
+            failed = [r for r in warm_records if r.error]
+            if failed:
+                raise LoadError(
+                    f"workload {workload.name}: {len(failed)} of {len(warm_records)} warmup requests to "
+                    f"{base_url}{backend.path} failed; first: {failed[0].error}"
+                )
+        if workload.flush_cache:
+            await _flush_cache(session, base_url, headers)
+            # bench_serving sleeps after a flush so the server is idle when timing starts.
+            await asyncio.sleep(1.0)
+        lag = _LagMonitor()
+        lag.start()
+        runner.chunks = 0
+        cpu0, t0 = time.process_time(), time.monotonic()
+        records = await runner.phase(session, specs, offsets, None, warmup=False)
+        t1, cpu1 = time.monotonic(), time.process_time()
+        await lag.stop()
+    stats = _client_stats(cpu1 - cpu0, t1 - t0, runner.chunks, lag.lags_s, limits)
+    return LoadRun(
+        workload=workload.name,
+        backend=backend.name,
+        start_s=t0,
+        end_s=t1,
+        records=records,
+        client=stats,
+        warmup_requests=workload.warmup_requests,
+        flushed_cache=workload.flush_cache,
+        notes=notes,
+    )
+
+
+def _client_stats(cpu_s: float, wall_s: float, chunks: int, lags_s: list[float], limits: ClientLimits) -> ClientStats:
+    lags_ms = sorted(x * 1000.0 for x in lags_s)
+    p99 = _percentile(lags_ms, 0.99)
+    share = cpu_s / wall_s if wall_s > 0 else 0.0
+    reasons = []
+    if p99 > limits.max_lag_p99_ms:
+        reasons.append(f"event-loop lag p99 {p99:.0f} ms > {limits.max_lag_p99_ms:.0f} ms")
+    if share > limits.max_cpu_share:
+        reasons.append(f"client CPU {share:.0%} of one core > {limits.max_cpu_share:.0%}")
+    return ClientStats(
+        cpu_s=cpu_s,
+        wall_s=wall_s,
+        chunks=chunks,
+        cpu_us_per_chunk=cpu_s / chunks * 1e6 if chunks else 0.0,
+        cpu_share=share,
+        loop_lag_p99_ms=p99,
+        loop_lag_max_ms=lags_ms[-1] if lags_ms else 0.0,
+        saturated=bool(reasons),
+        reason="; ".join(reasons),
+    )
+
+
+def run_workload(
+    base_url: str,
+    workload: Workload,
+    *,
+    model: str = "",
+    api_key_env: str = "",
+    limits: ClientLimits = ClientLimits(),
+    on_progress: Callable[[Progress], None] | None = None,
+    repeat: int = 0,
+) -> LoadRun:
+    """Run ``workload`` (warmup, optional cache flush, measured phase) against ``base_url``.
+
+    ``repeat`` changes the prompts' seed so repeats do not hit identical prompts.
+    """
+    headers: dict[str, str] = {}
+    if api_key_env:
+        token = os.environ.get(api_key_env)
+        if not token:
+            raise LoadError(f"workload {workload.name}: environment variable {api_key_env} (server.api_key_env) is not set; export the API token there")
+        headers["Authorization"] = f"Bearer {token}"
+    backend = BACKENDS[workload.backend](model, workload.ignore_eos, workload.extra_body)
+    return asyncio.run(_run(base_url, workload, backend, headers, limits, on_progress, repeat * 7_777))

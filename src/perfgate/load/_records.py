@@ -1,0 +1,46 @@
+"""Per-request records, stored compactly enough for 100,000-request workloads."""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """What the client saw of one request.
+
+    ``start_s`` is time.monotonic() just before the POST. Chunk arrival times are float32
+    offsets in seconds from ``start_s`` (8 us resolution at 100 s: far below network jitter)
+    with the number of tokens each chunk carried, so a 128-token stream costs ~1 KB.
+    """
+
+    index: int
+    input_tokens: int
+    requested_output_tokens: int
+    start_s: float = 0.0
+    chunk_offsets_s: array = field(default_factory=lambda: array("f"))
+    chunk_tokens: array = field(default_factory=lambda: array("H"))
+    # Server-reported completion tokens; None when the server reported none.
+    output_tokens: int | None = None
+    ttft_s: float | None = None
+    latency_s: float | None = None
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.error and self.latency_s is not None
+
+    def itls_s(self) -> list[float]:
+        """Inter-token latencies as bench_serving's native backend computes them.
+
+        Every chunk after the first contributes its gap to the previous chunk, split evenly
+        over the tokens it carried; the first chunk's arrival is the TTFT, not an ITL.
+        """
+        itls: list[float] = []
+        offsets = self.chunk_offsets_s
+        for i in range(1, len(offsets)):
+            n = self.chunk_tokens[i]
+            if n:
+                itls.extend([(offsets[i] - offsets[i - 1]) / n] * n)
+        return itls

@@ -1,0 +1,155 @@
+"""A server process perfgate owns: own session, log file, bounded readiness, whole-tree teardown."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import httpx
+
+from perfgate.errors import ServerError
+
+LOG_TAIL_LINES = 50
+_POLL_S = 0.25
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        with path.open("r", encoding="utf-8", errors="replace") as f:
+            return "".join(deque(f, maxlen=lines))
+    except OSError:
+        return "(no log)"
+
+
+def _tail_block(path: Path) -> str:
+    return f"\n--- last {LOG_TAIL_LINES} lines of {path} ---\n{log_tail(path).rstrip()}\n--- end of log ---"
+
+
+@dataclass
+class ServerProcess:
+    """A launched server: its process (leader of its own session) and its log."""
+
+    argv: list[str]
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+    started_s: float
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def exited(self) -> int | None:
+        return self.popen.poll()
+
+    def wait_ready(self, url: str, timeout_s: float) -> float:
+        """Poll ``url`` until it answers 200; return seconds since launch.
+
+        Fails at once when the process exits, and after ``timeout_s`` otherwise, with the log's tail.
+        """
+        deadline = self.started_s + timeout_s
+        last = "no answer yet"
+        with httpx.Client(timeout=httpx.Timeout(30.0, connect=2.0)) as client:
+            while True:
+                code = self.exited()
+                if code is not None:
+                    raise ServerError(
+                        f"server exited with code {code} before {url} answered 200 "
+                        f"(command: {' '.join(self.argv)}){_tail_block(self.log_path)}"
+                    )
+                try:
+                    resp = client.get(url)
+                    if resp.status_code == 200:
+                        return time.monotonic() - self.started_s
+                    last = f"HTTP {resp.status_code}"
+                except httpx.HTTPError as e:
+                    last = f"{type(e).__name__}"
+                if time.monotonic() >= deadline:
+                    raise ServerError(
+                        f"server not ready after {timeout_s:g} s: {url} last answered {last} "
+                        f"(raise [server] startup_timeout_s if the model needs longer to load){_tail_block(self.log_path)}"
+                    )
+                time.sleep(_POLL_S)
+
+    def stop(self, timeout_s: float) -> list[str]:
+        """SIGTERM the session, wait up to ``timeout_s``, then SIGKILL it. Returns what had to be forced."""
+        notes: list[str] = []
+        pgid = self.popen.pid  # start_new_session: the leader's pid is the group id
+        if self.popen.poll() is None:
+            _signal_group(pgid, signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                notes.append(f"server pid {pgid} ignored SIGTERM for {timeout_s:g} s; killed its process group")
+        # Children may outlive the leader (SGLang schedulers re-parented to init): kill the group regardless.
+        if _group_alive(pgid):
+            _signal_group(pgid, signal.SIGKILL)
+            deadline = time.monotonic() + 10.0
+            while _group_alive(pgid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if _group_alive(pgid):
+                notes.append(f"processes of group {pgid} survived SIGKILL for 10 s")
+        if self.popen.poll() is None:
+            self.popen.kill()
+            self.popen.wait(timeout=10)
+        return notes
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # Zombies of our own group still answer signal 0; reap what we can see.
+    return _has_live_member(pgid)
+
+
+def _has_live_member(pgid: int) -> bool:
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return True
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # Fields after the parenthesised command: state is first, pgrp is the third.
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) >= 3 and int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+def launch(argv: Sequence[str], env: Mapping[str, str], log_path: Path, cwd: Path | None = None) -> ServerProcess:
+    """Start ``argv`` in its own session with stdout+stderr appended to ``log_path``."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        try:
+            popen = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=dict(env),
+                cwd=cwd,
+                start_new_session=True,
+            )
+        except OSError as e:
+            raise ServerError(f"cannot start server command {argv[0]!r}: {e} (check [server] python / command)") from None
+    return ServerProcess(list(argv), popen, log_path, time.monotonic())

@@ -1,0 +1,191 @@
+"""Start (or attach to) the server under test and collect its provenance."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from perfgate.errors import ServerError
+from perfgate.profile import ServerSpec
+from perfgate.server._locks import hold_gpus
+from perfgate.server._process import ServerProcess, launch
+
+
+@dataclass
+class RunningServer:
+    """The server under test, ready to serve. ``info`` is its /server_info, as resolved by the server."""
+
+    kind: str
+    base_url: str
+    model: str
+    argv: list[str]
+    log_path: Path | None
+    boot_s: float
+    gpus: tuple[int | str, ...]
+    info: dict[str, Any] = field(default_factory=dict)
+    model_info: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    process: ServerProcess | None = None
+
+    def provenance(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "base_url": self.base_url,
+            "model": self.model,
+            "launch_command": self.argv,
+            "boot_s": round(self.boot_s, 3),
+            "versions": self.versions,
+            "server_info": self.info,
+        }
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _check_port_free(host: str, port: int) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            raise ServerError(
+                f"port {port} on {host} is already in use; stop what listens there, choose another "
+                "[server] port, or set port = 0 to pick a free one"
+            ) from None
+
+
+def _sim_flags(spec: ServerSpec) -> list[str]:
+    flags: list[str] = []
+    for key, value in spec.sim.items():
+        flags.append("--" + key.replace("_", "-"))
+        flags.append(str(value).lower() if isinstance(value, bool) else str(value))
+    return flags
+
+
+def _has_flag(args: tuple[str, ...], *names: str) -> bool:
+    return any(a == n or a.startswith(n + "=") for a in args for n in names)
+
+
+def build_command(spec: ServerSpec, port: int) -> tuple[list[str], dict[str, str]]:
+    """The argv and extra environment that start ``spec`` on ``port`` (not for kind = "attach")."""
+    python = spec.python or sys.executable
+    env: dict[str, str] = {}
+    if spec.kind == "simulator":
+        argv = [python, "-m", "perfgate.sim", "--host", spec.host, "--port", str(port)]
+        if spec.model_path:
+            argv += ["--model-path", spec.model_path]
+        argv += _sim_flags(spec) + list(spec.args)
+    elif spec.kind == "sglang":
+        argv = [python, "-m", "sglang.launch_server", "--model-path", spec.model_path, "--host", spec.host, "--port", str(port)]
+        if spec.gpus and not _has_flag(spec.args, "--tp", "--tp-size", "--tensor-parallel-size"):
+            argv += ["--tp", str(len(spec.gpus))]
+        argv += list(spec.args)
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    elif spec.kind == "command":
+        values = {"port": str(port), "host": spec.host, "model": spec.model_path, "python": python}
+        try:
+            argv = [part.format(**values) for part in spec.command] + list(spec.args)
+        except (KeyError, IndexError, ValueError) as e:
+            raise ServerError(
+                f"[server] command template {list(spec.command)!r}: bad placeholder {e}; "
+                "use {port}, {host}, {model} or {python} (double braces for literal ones)"
+            ) from None
+        if spec.gpus:
+            env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    else:
+        raise ServerError(f"server kind {spec.kind!r} is not launched by perfgate")
+    if spec.gpus and spec.kind != "simulator":
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpus)
+    env.update(spec.env)
+    return argv, env
+
+
+def _get_json(client: httpx.Client, base_url: str, *paths: str) -> dict[str, Any]:
+    """First of ``paths`` that answers a JSON object (SGLang renamed /get_server_info to /server_info)."""
+    for path in paths:
+        try:
+            resp = client.get(base_url + path)
+        except httpx.HTTPError:
+            continue
+        if resp.status_code == 200:
+            try:
+                data = resp.json()
+            except ValueError:
+                continue
+            if isinstance(data, dict):
+                return data
+    return {}
+
+
+def _served_model(client: httpx.Client, base_url: str, fallback: str) -> str:
+    data = _get_json(client, base_url, "/v1/models")
+    models = data.get("data") or []
+    if models and isinstance(models[0], dict) and models[0].get("id"):
+        return str(models[0]["id"])
+    return fallback
+
+
+def _wait_attached(base_url: str, spec: ServerSpec) -> float:
+    url = base_url + spec.ready_path
+    t0 = time.monotonic()
+    last = "no answer"
+    with httpx.Client(timeout=httpx.Timeout(30.0, connect=2.0)) as client:
+        while time.monotonic() - t0 < spec.startup_timeout_s:
+            try:
+                resp = client.get(url)
+                if resp.status_code == 200:
+                    return time.monotonic() - t0
+                last = f"HTTP {resp.status_code}"
+            except httpx.HTTPError as e:
+                last = type(e).__name__
+            time.sleep(0.5)
+    raise ServerError(
+        f"attached server {base_url} not ready: {url} last answered {last} after {spec.startup_timeout_s:g} s; "
+        "check the URL and that the server finished its startup"
+    )
+
+
+def start_server(spec: ServerSpec, *, log_dir: Path, stack: ExitStack, base_url: str = "", lock_wait_s: float = 0.0) -> RunningServer:
+    """Boot ``spec`` (or attach when ``base_url`` or kind = "attach") and register its teardown on ``stack``.
+
+    Teardown runs when ``stack`` closes: on success, failure and Ctrl-C alike.
+    """
+    attach_url = (base_url or (spec.base_url if spec.kind == "attach" else "")).rstrip("/")
+    if attach_url:
+        boot_s = _wait_attached(attach_url, spec)
+        server = RunningServer("attach", attach_url, spec.model_path, [], None, boot_s, spec.gpus)
+    else:
+        if spec.gpus and spec.kind in ("sglang", "command"):
+            hold_gpus(spec.gpus, stack, lock_wait_s)
+        if spec.port:
+            _check_port_free(spec.host, spec.port)
+        port = spec.port or _free_port(spec.host)
+        argv, extra_env = build_command(spec, port)
+        log_path = log_dir / f"server-{spec.kind}-{port}.log"
+        proc = launch(argv, {**os.environ, **extra_env}, log_path)
+        server = RunningServer(spec.kind, f"http://{spec.host}:{port}", spec.model_path, argv, log_path, 0.0, spec.gpus, process=proc)
+        stack.callback(_stop, server, spec.shutdown_timeout_s)
+        server.boot_s = proc.wait_ready(server.base_url + spec.ready_path, spec.startup_timeout_s)
+    with httpx.Client(timeout=10.0) as client:
+        server.info = _get_json(client, server.base_url, "/server_info", "/get_server_info")
+        server.model_info = _get_json(client, server.base_url, "/model_info", "/get_model_info")
+        server.model = _served_model(client, server.base_url, server.model_info.get("served_model_name") or spec.model_path or "default")
+    if server.info.get("version"):
+        server.versions["server"] = str(server.info["version"])
+    return server
+
+
+def _stop(server: RunningServer, timeout_s: float) -> None:
+    if server.process is not None:
+        server.notes.extend(server.process.stop(timeout_s))
