@@ -1,0 +1,32 @@
+"""The perfgate pytest plugin (registered through the ``pytest11`` entry point).
+
+Options live in _options, fixtures in _fixtures, hooks in _hooks; everything they do is in
+perfgate.session, so the plugin stays a thin layer.
+"""
+
+from perfgate.plugin._fixtures import perf_gate, perf_profile, perf_result, perf_server, perf_session
+from perfgate.plugin._gate import Gate, category_of
+from perfgate.plugin._hooks import (
+    pytest_configure,
+    pytest_generate_tests,
+    pytest_sessionfinish,
+    pytest_terminal_summary,
+    pytest_unconfigure,
+)
+from perfgate.plugin._options import pytest_addoption
+
+__all__ = [
+    "Gate",
+    "category_of",
+    "perf_gate",
+    "perf_profile",
+    "perf_result",
+    "perf_server",
+    "perf_session",
+    "pytest_addoption",
+    "pytest_configure",
+    "pytest_generate_tests",
+    "pytest_sessionfinish",
+    "pytest_terminal_summary",
+    "pytest_unconfigure",
+]

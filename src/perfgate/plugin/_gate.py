@@ -1,0 +1,45 @@
+"""What a perf test asserts: one category of a workload's verdict, or the run's validity."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import pytest
+
+from perfgate.session import WorkloadResult
+from perfgate.verdict import direction_of
+
+Category = Literal["throughput", "latency", "power"]
+
+_POWER_PREFIXES = ("gpu_", "tensor_", "sm_", "dram_", "util_", "energy_")
+
+
+def category_of(metric: str) -> Category:
+    if metric.startswith(_POWER_PREFIXES) or metric.endswith("_per_j"):
+        return "power"
+    return "throughput" if direction_of(metric) == "higher" else "latency"
+
+
+@dataclass
+class Gate:
+    """A workload's result, asserted one category at a time so each test names what it guards."""
+
+    result: WorkloadResult
+    power_note: str
+
+    def assert_valid(self) -> None:
+        if not self.result.valid:
+            pytest.fail(f"{self.result.workload}: run invalid:\n  " + "\n  ".join(self.result.invalid_reasons), pytrace=False)
+
+    def assert_metrics(self, category: Category) -> None:
+        verdicts = [v for v in self.result.verdict.metrics if category_of(v.metric) == category]
+        if not verdicts:
+            pytest.skip(f"{self.result.workload}: no {category} metric is gated by this profile")
+        if category == "power" and all(v.status == "not-measured" for v in verdicts):
+            pytest.skip(f"{self.result.workload}: GPU power not measured: {self.power_note}")
+        failures = [v.message for v in verdicts if not v.ok]
+        if failures:
+            pytest.fail("\n".join(failures), pytrace=False)
+        if all(v.status in ("no-baseline", "not-measured") for v in verdicts):
+            pytest.skip("; ".join(dict.fromkeys(v.message for v in verdicts if v.status == "no-baseline")) or verdicts[0].message)

@@ -1,0 +1,87 @@
+"""Hooks of the perfgate plugin: parametrization over the profile's workloads and the reports."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from perfgate.plugin._state import STATE_KEY, PluginState
+from perfgate.report import render_text, rows, write_results
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[STATE_KEY] = PluginState(config)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "perf_workload" in metafunc.fixturenames:
+        profile = metafunc.config.stash[STATE_KEY].profile()
+        metafunc.parametrize("perf_workload", profile.workloads, ids=[w.name for w in profile.workloads])
+
+
+def _header(state: PluginState) -> list[str]:
+    session = state.session
+    assert session is not None
+    lines = [f"profile: {session.profile.name} ({session.profile.path})"]
+    server = session._server
+    if server is not None:
+        version = server.versions.get("server", "unknown version")
+        lines.append(f"target: {server.kind} {server.model} at {server.base_url} ({version}), ready in {server.boot_s:.1f} s")
+    gpus = session.gpus()
+    if gpus:
+        lines.append("GPUs: " + ", ".join(f"{g.label} {g.name} {g.power_limit_w or 0:.0f} W" for g in gpus))
+    else:
+        lines.append(f"GPU power: not measured ({session.telemetry_note})")
+    return lines
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    state = terminalreporter.config.stash.get(STATE_KEY, None)
+    if state is None or state.session is None or not (state.session.results or state.session.failures):
+        return
+    session = state.session
+    terminalreporter.write_sep("=", "perfgate summary")
+    for line in _header(state):
+        terminalreporter.write_line(line)
+    table = rows(session.results.values())
+    if table:
+        terminalreporter.write_line("")
+        terminalreporter.write_line(render_text(table))
+    for name, res in session.results.items():
+        for rep in res.repeats:
+            for note in rep.metrics.notes:
+                terminalreporter.write_line(f"note: {name}: {note}")
+        if res.baseline_note:
+            terminalreporter.write_line(f"baseline: {name}: {res.baseline_note}" + (f" -> {res.baseline_path}" if res.recorded else ""))
+    for name, err in session.failures.items():
+        terminalreporter.write_line(f"error: {name}: {err}")
+    for note in state.teardown_notes:
+        terminalreporter.write_line(f"teardown: {note}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    state = session.config.stash.get(STATE_KEY, None)
+    if state is None or state.session is None:
+        return
+    # Fixture teardown has run by now (pytest tears down session fixtures first), but a run
+    # interrupted before fixtures were set up still needs its server stopped.
+    state.close()
+    results_dir = state.results_dir()
+    if results_dir is not None and state.session.results:
+        write_results(state.session, results_dir, step_summary=os.environ.get("GITHUB_STEP_SUMMARY"))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    state = config.stash.get(STATE_KEY, None)
+    if state is not None:
+        state.close()
+
+
+__all__ = [
+    "pytest_configure",
+    "pytest_generate_tests",
+    "pytest_sessionfinish",
+    "pytest_terminal_summary",
+    "pytest_unconfigure",
+]

@@ -1,0 +1,55 @@
+"""Live progress of a running workload, written past pytest's capture.
+
+On a terminal one line is redrawn in place; otherwise (CI logs) a line is written every few
+seconds so a 10-minute workload is never silent.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from perfgate.load import Progress
+
+_PLAIN_EVERY_S = 5.0
+
+
+class ProgressLine:
+    def __init__(self, config: pytest.Config, label: str) -> None:
+        self._reporter = config.pluginmanager.get_plugin("terminalreporter")
+        self._capman = config.pluginmanager.get_plugin("capturemanager")
+        self._label = label
+        self._tty = bool(self._reporter and self._reporter.isatty())
+        self._last_plain = 0.0
+        self._drawn = False
+
+    def __call__(self, p: Progress) -> None:
+        if self._reporter is None:
+            return
+        rate = p.output_tokens / p.elapsed_s if p.elapsed_s > 0 else 0.0
+        phase = "warmup" if p.warmup else "measure"
+        text = (
+            f"[perfgate] {self._label} {phase}: {p.done}/{p.total} requests, {rate:,.0f} output tok/s, "
+            f"{p.in_flight} in flight, {p.errors} errors, {p.elapsed_s:.0f} s"
+        )
+        final = p.done == p.total
+        if self._tty:
+            self._write("\r" + text.ljust(110) + ("\n" if final else ""))
+            self._drawn = not final
+        elif final or time.monotonic() - self._last_plain >= _PLAIN_EVERY_S:
+            self._last_plain = time.monotonic()
+            self._write(text + "\n")
+
+    def _write(self, text: str) -> None:
+        tw = self._reporter._tw
+        if self._capman is not None:
+            with self._capman.global_and_fixture_disabled():
+                tw.write(text, flush=True)
+        else:
+            tw.write(text, flush=True)
+
+    def note(self, text: str) -> None:
+        if self._reporter is not None:
+            self._write(("\n" if self._drawn else "") + f"[perfgate] {text}\n")
+            self._drawn = False

@@ -1,0 +1,67 @@
+"""Per-pytest-run state: the profile (loaded once) and the gate session (booted on first use)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from perfgate.errors import PerfgateError
+from perfgate.profile import Profile, load_profile
+from perfgate.session import GateSession, SessionOptions
+
+DEFAULT_PROFILE = "profiles/sim-glm5.toml"
+
+
+class PluginState:
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self._profile: Profile | None = None
+        self.session: GateSession | None = None
+        self.teardown_notes: list[str] = []
+
+    def _path(self, option: str | None, default: str) -> Path:
+        p = Path(option or default)
+        return p if p.is_absolute() else Path(self.config.rootpath) / p
+
+    def profile(self) -> Profile:
+        if self._profile is None:
+            opt = self.config.getoption("perf_profile")
+            default = self.config.getini("perf_profile") or DEFAULT_PROFILE
+            path = Path(opt) if opt else self._path(None, default)
+            try:
+                self._profile = load_profile(path)
+            except PerfgateError as e:
+                raise pytest.UsageError(str(e)) from None
+        return self._profile
+
+    def results_dir(self) -> Path | None:
+        opt = self.config.getoption("perf_results")
+        return Path(opt) if opt else None
+
+    def gate_session(self) -> GateSession:
+        if self.session is None:
+            cfg = self.config
+            results = self.results_dir()
+            log_dir = results if results else Path(cfg.rootpath) / ".perfgate-cache" / "logs"
+            options = SessionOptions(
+                baselines_dir=self._path(cfg.getoption("perf_baselines"), "baselines"),
+                log_dir=log_dir,
+                base_url=cfg.getoption("perf_base_url") or "",
+                update_baselines=cfg.getoption("perf_update_baselines"),
+                accept_regression=cfg.getoption("perf_accept_regression"),
+                repeats=cfg.getoption("perf_repeats"),
+                lock_wait_s=cfg.getoption("perf_lock_wait"),
+            )
+            try:
+                self.session = GateSession(self.profile(), options)
+            except PerfgateError as e:
+                raise pytest.UsageError(str(e)) from None
+        return self.session
+
+    def close(self) -> None:
+        if self.session is not None:
+            self.teardown_notes = self.session.close()
+
+
+STATE_KEY = pytest.StashKey[PluginState]()

@@ -1,0 +1,117 @@
+"""Results files of a gate session: JSON with everything, a Markdown summary, optional plots."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import Any
+
+from perfgate.report._table import render_markdown, rows
+from perfgate.session import GateSession, RepeatResult, WorkloadResult
+
+RESULTS_SCHEMA = 1
+
+
+def _plain(obj: Any) -> Any:
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return {k: _plain(v) for k, v in asdict(obj).items()}
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, float) and obj != obj:
+        return None
+    if isinstance(obj, (str, int, float, bool)) or obj is None:
+        return obj
+    return str(obj)
+
+
+def _repeat_json(rep: RepeatResult) -> dict[str, Any]:
+    m = rep.metrics
+    return {
+        "values": rep.values(),
+        "start_s": rep.load.start_s,
+        "end_s": rep.load.end_s,
+        "client": _plain(rep.load.client),
+        "errors": m.errors,
+        "notes": m.notes,
+        "steady_window": _plain(m.steady),
+        "timeline": _plain(m.timeline),
+        "telemetry": rep.telemetry.to_json() if rep.telemetry is not None else {"not_measured": rep.telemetry_note},
+        "requests": [
+            {
+                "start_s": r.start_s,
+                "input_tokens": r.input_tokens,
+                "output_tokens": r.output_tokens,
+                "ttft_s": r.ttft_s,
+                "latency_s": r.latency_s,
+                "chunk_offsets_s": [round(x, 6) for x in r.chunk_offsets_s],
+                "chunk_tokens": list(r.chunk_tokens),
+                "error": r.error,
+            }
+            for r in rep.load.records
+        ],
+    }
+
+
+def _workload_json(res: WorkloadResult) -> dict[str, Any]:
+    return {
+        "workload": res.workload,
+        "valid": res.valid,
+        "invalid_reasons": res.invalid_reasons,
+        "fingerprint": _plain(res.fingerprint),
+        "baseline": {"path": res.baseline_path, "note": res.baseline_note, "recorded": res.recorded, "previous": res.previous_values},
+        "verdict": _plain(res.verdict),
+        "repeats": [_repeat_json(r) for r in res.repeats],
+    }
+
+
+def results_document(session: GateSession) -> dict[str, Any]:
+    server = session._server
+    return {
+        "schema_version": RESULTS_SCHEMA,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "profile": {"name": session.profile.name, "path": str(session.profile.path)},
+        "server": server.provenance() if server else None,
+        "gpus": _plain(session.gpus()),
+        "telemetry_note": session.telemetry_note,
+        "workloads": [_workload_json(r) for r in session.results.values()],
+        "errors": {k: str(v) for k, v in session.failures.items()},
+    }
+
+
+def markdown_summary(session: GateSession) -> str:
+    lines = [f"## perfgate: {session.profile.name}", ""]
+    server = session._server
+    if server is not None:
+        lines.append(f"Target: `{server.kind}` {server.model} ({server.versions.get('server', 'unknown version')})")
+        lines.append("")
+    lines.append(render_markdown(rows(session.results.values())))
+    for name, err in session.failures.items():
+        lines.append(f"\n**{name}**: {err}")
+    return "\n".join(lines) + "\n"
+
+
+def write_results(session: GateSession, out_dir: Path, *, step_summary: str | None = None) -> list[Path]:
+    """Write results.json and summary.md (and PNG plots with the ``plots`` extra); return the paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    doc = results_document(session)
+    written = []
+    path = out_dir / f"results-{session.profile.name}-{stamp}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, sort_keys=True, indent=1) + "\n")
+    tmp.replace(path)
+    written.append(path)
+    md = markdown_summary(session)
+    (out_dir / "summary.md").write_text(md)
+    written.append(out_dir / "summary.md")
+    if step_summary:
+        with open(step_summary, "a", encoding="utf-8") as f:
+            f.write(md)
+    from perfgate.report._plots import write_plots
+
+    written += write_plots(doc, out_dir)
+    return written

@@ -1,0 +1,92 @@
+"""The summary people read: one row per workload x metric, plus what was measured but not gated."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from perfgate.session import WorkloadResult
+from perfgate.verdict import fmt_value, unit_of
+
+# Shown for every workload even when not gated, so the table always says what was measured.
+INFO_METRICS = (
+    "output_throughput",
+    "total_throughput",
+    "mean_ttft_ms",
+    "mean_tpot_ms",
+    "p99_tpot_ms",
+    "concurrency",
+    "steady_output_throughput",
+    "gpu_power_min_w",
+    "gpu_power_mean_w",
+    "output_tokens_per_j",
+)
+
+
+@dataclass(frozen=True)
+class Row:
+    workload: str
+    metric: str
+    measured: str
+    baseline: str
+    limit: str
+    change: str
+    verdict: str
+
+
+def _median(values: Sequence[float]) -> float:
+    s = sorted(values)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def rows(results: Iterable[WorkloadResult]) -> list[Row]:
+    out: list[Row] = []
+    for res in results:
+        gated = set()
+        for v in res.verdict.metrics:
+            gated.add(v.metric)
+            unit = unit_of(v.metric)
+            out.append(
+                Row(
+                    res.workload,
+                    v.metric,
+                    fmt_value(v.measured, unit) if v.measured is not None else "-",
+                    fmt_value(v.baseline, unit) if v.baseline is not None else "-",
+                    fmt_value(v.limit, unit) if v.limit is not None else "-",
+                    f"{v.change_pct:+.1f}%" if v.change_pct is not None else "-",
+                    v.status.upper() if v.status in ("pass", "fail") else v.status,
+                )
+            )
+        repeats = res.values()
+        for metric in INFO_METRICS:
+            if metric in gated:
+                continue
+            vals = [r[metric] for r in repeats if metric in r]
+            if vals:
+                out.append(Row(res.workload, metric, fmt_value(_median(vals), unit_of(metric)), "", "", "", "info"))
+        if not res.valid:
+            out.append(Row(res.workload, "run validity", "", "", "", "", "INVALID"))
+    return out
+
+
+HEADERS = ("workload", "metric", "measured", "baseline", "limit", "change", "verdict")
+
+
+def render_text(table: Sequence[Row]) -> str:
+    cells = [HEADERS] + [(r.workload, r.metric, r.measured, r.baseline, r.limit, r.change, r.verdict) for r in table]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(HEADERS))]
+    right = {2, 3, 4, 5}
+    lines = []
+    for k, c in enumerate(cells):
+        lines.append("  ".join(c[i].rjust(widths[i]) if i in right else c[i].ljust(widths[i]) for i in range(len(c))).rstrip())
+        if k == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def render_markdown(table: Sequence[Row]) -> str:
+    lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+    for r in table:
+        lines.append(f"| {r.workload} | {r.metric} | {r.measured} | {r.baseline} | {r.limit} | {r.change} | {r.verdict} |")
+    return "\n".join(lines)

@@ -1,0 +1,57 @@
+"""What one workload's repeats produced: per-repeat numbers, validity, verdict and baseline action."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from perfgate.load import LoadRun
+from perfgate.metrics import ServingMetrics
+
+
+@dataclass
+class RepeatResult:
+    """One measured run of a workload with its telemetry window (or why power was not measured)."""
+
+    load: LoadRun
+    metrics: ServingMetrics
+    telemetry: Any  # TelemetryWindow, or None when not measured
+    telemetry_note: str = ""
+
+    def values(self) -> dict[str, float]:
+        values = dict(self.metrics.values)
+        if self.telemetry is not None:
+            values.update(self.telemetry.metrics())
+            energy = values.get("energy_j")
+            window_tokens = self._window_output_tokens()
+            if energy and window_tokens:
+                values["output_tokens_per_j"] = window_tokens / energy
+        return values
+
+    def _window_output_tokens(self) -> float:
+        steady = self.metrics.steady
+        if steady is not None:
+            return float(steady.output_tokens)
+        return self.metrics.values.get("total_output_tokens", 0.0)
+
+
+@dataclass
+class WorkloadResult:
+    """Everything perfgate knows about one workload after its repeats."""
+
+    workload: str
+    repeats: list[RepeatResult]
+    invalid_reasons: list[str]
+    verdict: Any  # perfgate.verdict.WorkloadVerdict
+    fingerprint: Any  # perfgate.baseline.Fingerprint
+    baseline_path: str = ""
+    baseline_note: str = ""
+    recorded: bool = False
+    previous_values: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def valid(self) -> bool:
+        return not self.invalid_reasons
+
+    def values(self) -> list[dict[str, float]]:
+        return [r.values() for r in self.repeats]

@@ -1,0 +1,231 @@
+"""A gate session: boot the server once, run each workload's repeats under telemetry,
+judge them against the baseline store, and record baselines when asked.
+
+The pytest plugin is a thin layer over this class; nothing here imports pytest.
+"""
+
+from __future__ import annotations
+
+import getpass
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from perfgate.baseline import Baseline, BaselineStore, Fingerprint, fingerprint_for, provenance_defaults
+from perfgate.errors import BaselineError, PerfgateError, ProfileError, TelemetryError
+from perfgate.load import ClientLimits, Progress, run_workload
+from perfgate.metrics import compute_metrics
+from perfgate.profile import Profile, Workload
+from perfgate.server import RunningServer, start_server
+from perfgate.session._result import RepeatResult, WorkloadResult
+from perfgate.telemetry import NotMeasured, open_monitor
+from perfgate.verdict import judge, rules_for
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    baselines_dir: Path
+    log_dir: Path
+    base_url: str = ""
+    update_baselines: bool = False
+    accept_regression: str | None = None
+    repeats: int | None = None
+    lock_wait_s: float = 0.0
+    client_limits: ClientLimits = ClientLimits()
+
+
+class GateSession:
+    def __init__(self, profile: Profile, options: SessionOptions) -> None:
+        self.profile = profile
+        self.options = options
+        self.store = BaselineStore(options.baselines_dir)
+        self._stack = ExitStack()
+        self._server: RunningServer | None = None
+        self._monitor: Any = None
+        self.telemetry_note = ""
+        self.results: dict[str, WorkloadResult] = {}
+        self.failures: dict[str, PerfgateError] = {}
+        # Rules are validated up front so a misspelt metric stops the run before anything boots.
+        self._rules = {}
+        for w in profile.workloads:
+            try:
+                self._rules[w.name] = rules_for(profile.gate, w)
+            except ValueError as e:
+                raise ProfileError(f"profile {profile.path}: {e}") from None
+
+    # -- server and telemetry -------------------------------------------------------------
+    def server(self) -> RunningServer:
+        if self._server is None:
+            self._server = start_server(
+                self.profile.server,
+                log_dir=self.options.log_dir,
+                stack=self._stack,
+                base_url=self.options.base_url,
+                lock_wait_s=self.options.lock_wait_s,
+            )
+            self._open_telemetry(self._server)
+        return self._server
+
+    def _open_telemetry(self, server: RunningServer) -> None:
+        spec = self.profile.telemetry
+        monitor = open_monitor(spec, gpus=self._telemetry_gpus(server), base_url=server.base_url)
+        if isinstance(monitor, NotMeasured):
+            self.telemetry_note = monitor.reason
+            if spec.require_power:
+                raise TelemetryError(
+                    f"profile {self.profile.path}: [telemetry] require_power = true but power cannot be measured: {monitor.reason}"
+                )
+            return
+        monitor.start()
+        self._stack.callback(monitor.stop)
+        self._monitor = monitor
+
+    def _telemetry_gpus(self, server: RunningServer) -> tuple[int | str, ...]:
+        if server.kind == "simulator":
+            return ()
+        return self.profile.server.gpus
+
+    def gpus(self) -> list[Any]:
+        return self._monitor.gpus() if self._monitor is not None else []
+
+    def close(self) -> list[str]:
+        self._stack.close()
+        return self._server.notes if self._server else []
+
+    # -- workloads ------------------------------------------------------------------------
+    def repeats_for(self, workload: Workload) -> int:
+        return self.options.repeats or self.profile.repeats_for(workload)
+
+    def run(self, workload: Workload, on_progress: Callable[[Progress], None] | None = None) -> WorkloadResult:
+        """Run (once per session) and judge ``workload``; later calls return the cached result."""
+        if workload.name in self.failures:
+            raise self.failures[workload.name]
+        if workload.name in self.results:
+            return self.results[workload.name]
+        try:
+            result = self._run(workload, on_progress)
+        except PerfgateError as e:
+            self.failures[workload.name] = e
+            raise
+        self.results[workload.name] = result
+        return result
+
+    def _run(self, workload: Workload, on_progress: Callable[[Progress], None] | None) -> WorkloadResult:
+        server = self.server()
+        repeats = []
+        for r in range(self.repeats_for(workload)):
+            load = run_workload(
+                server.base_url,
+                workload,
+                model=server.model,
+                api_key_env=self.profile.server.api_key_env,
+                limits=self.options.client_limits,
+                on_progress=on_progress,
+                repeat=r,
+            )
+            metrics = compute_metrics(load, target_concurrency=min(workload.concurrency, workload.num_prompts))
+            window, note = self._telemetry_window(load.start_s, load.end_s, metrics)
+            repeats.append(RepeatResult(load, metrics, window, note))
+        invalid = self._invalid_reasons(workload, repeats)
+        fingerprint = fingerprint_for(
+            profile=self.profile,
+            workload=workload,
+            gpus=self.gpus(),
+            server_info=server.info,
+            model=server.model,
+        )
+        baseline = self.store.load(self.profile.name, workload.name, fingerprint)
+        note = ""
+        if baseline is None:
+            others = self.store.others(self.profile.name, workload.name, fingerprint)
+            if others:
+                note = f"baselines exist for other fingerprints ({self._fingerprint_diff(others[0].fingerprint, fingerprint)}); not used"
+        verdict = judge(
+            workload.name,
+            self._rules[workload.name],
+            [r.values() for r in repeats],
+            baseline.repeats if baseline else None,
+            alpha=self.profile.gate.alpha,
+            require_baseline=self.profile.gate.require_baseline and not self.options.update_baselines,
+            no_baseline_note=note,
+        )
+        result = WorkloadResult(
+            workload=workload.name,
+            repeats=repeats,
+            invalid_reasons=invalid,
+            verdict=verdict,
+            fingerprint=fingerprint,
+            baseline_path=str(self.store.path_for(self.profile.name, workload.name, fingerprint)) if baseline else "",
+            baseline_note=note,
+            previous_values=baseline.medians() if baseline else {},
+        )
+        if self.options.update_baselines:
+            self._record(workload, result, baseline)
+        return result
+
+    def _telemetry_window(self, start_s: float, end_s: float, metrics: Any) -> tuple[Any, str]:
+        if self._monitor is None:
+            return None, self.telemetry_note or "telemetry disabled"
+        steady = metrics.steady
+        t0, t1 = (steady.start_s, steady.end_s) if steady is not None else (start_s, end_s)
+        return self._monitor.summarize(t0, t1), ("steady window" if steady is not None else "whole measured phase")
+
+    def _invalid_reasons(self, workload: Workload, repeats: list[RepeatResult]) -> list[str]:
+        reasons = []
+        for i, r in enumerate(repeats, start=1):
+            total = len(r.load.records)
+            failed = r.metrics.failed
+            if total and failed / total > workload.max_error_rate:
+                kinds = ", ".join(f"{n} {k}" for k, n in sorted(r.metrics.errors.items()))
+                first = next(rec.error for rec in r.load.records if rec.error)
+                reasons.append(
+                    f"repeat {i}: {failed} of {total} requests failed ({kinds}); first: {first}"
+                    + (f" (allowed error rate {workload.max_error_rate:.1%})" if workload.max_error_rate else "")
+                )
+            if r.load.client.saturated:
+                reasons.append(
+                    f"repeat {i}: the load client, not the server, was the limit ({r.load.client.reason}); "
+                    "shard the workload over more client processes or lower the rate"
+                )
+        return reasons
+
+    @staticmethod
+    def _fingerprint_diff(other: Fingerprint, mine: Fingerprint) -> str:
+        diffs = [f"{k} {a!r} -> {b!r}" for k, a, b in other.differences(mine)]
+        return "; ".join(diffs[:3]) or "same fields, different hash"
+
+    def _record(self, workload: Workload, result: WorkloadResult, previous: Baseline | None) -> None:
+        if not result.valid:
+            result.baseline_note = "not recorded: the run was invalid (" + "; ".join(result.invalid_reasons) + ")"
+            return
+        server = self.server()
+        provenance = provenance_defaults()
+        provenance.update(
+            {
+                "server": server.provenance(),
+                "accepted_by": getpass.getuser(),
+                "reason": self.options.accept_regression or "",
+            }
+        )
+        baseline = Baseline.new(
+            profile=self.profile.name,
+            workload=workload.name,
+            fingerprint=result.fingerprint,
+            repeats=result.values(),
+            telemetry=[r.telemetry.to_json() if r.telemetry is not None else None for r in result.repeats],
+            provenance=provenance,
+        )
+        try:
+            path = self.store.save(
+                baseline,
+                previous=previous,
+                rules=self._rules[workload.name],
+                accept_regression=self.options.accept_regression,
+            )
+        except BaselineError as e:
+            result.baseline_note = f"not recorded: {e}"
+            raise
+        result.recorded = True
+        result.baseline_path = str(path)
+        result.baseline_note = "recorded"
