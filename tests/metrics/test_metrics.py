@@ -1,0 +1,107 @@
+"""bench_serving's metric definitions, checked on hand-computed cases."""
+
+from array import array
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from perfgate.load import ClientStats, LoadRun, RequestRecord
+from perfgate.metrics import compute_metrics, percentile
+
+STATS = ClientStats(0, 1, 0, 0, 0, 0, 0, False)
+
+
+def rec(i, start, offsets, tokens, out=None, error=""):
+    r = RequestRecord(index=i, input_tokens=10, requested_output_tokens=sum(tokens), start_s=start)
+    r.chunk_offsets_s = array("f", offsets)
+    r.chunk_tokens = array("H", tokens)
+    r.ttft_s = offsets[0] if offsets else None
+    r.latency_s = offsets[-1] if offsets else None
+    r.output_tokens = sum(tokens) if out is None else out
+    r.error = error
+    return r
+
+
+def run(records, start=100.0, end=104.0):
+    return LoadRun("w", "sglang", start, end, records, STATS, 0, False)
+
+
+def test_hand_computed_two_requests():
+    # Request A: chunks at 0.5, 1.0, 1.5 s (1 token each). Request B: 1.0 s (1 token), 2.0 s (2 tokens).
+    a = rec(0, 100.0, [0.5, 1.0, 1.5], [1, 1, 1])
+    b = rec(1, 100.0, [1.0, 2.0], [1, 2])
+    m = compute_metrics(run([a, b]), target_concurrency=2).values
+    assert m["duration_s"] == 4.0
+    assert m["completed"] == 2
+    assert m["total_output_tokens"] == 6
+    assert m["output_throughput"] == pytest.approx(6 / 4)
+    assert m["total_throughput"] == pytest.approx((20 + 6) / 4)
+    assert m["request_throughput"] == pytest.approx(0.5)
+    assert m["mean_ttft_ms"] == pytest.approx(750)
+    # TPOT: A (1.5-0.5)/2 = 0.5 s; B (2.0-1.0)/2 = 0.5 s.
+    assert m["mean_tpot_ms"] == pytest.approx(500)
+    # ITL: A 0.5, 0.5; B's 2-token chunk splits its 1.0 s gap: 0.5, 0.5.
+    assert m["mean_itl_ms"] == pytest.approx(500)
+    assert m["p99_itl_ms"] == pytest.approx(500)
+    # Concurrency = sum of E2E latencies / duration = (1.5 + 2.0) / 4.
+    assert m["concurrency"] == pytest.approx(3.5 / 4)
+    # Token arrivals: A at 0.5, 1.0, 1.5; B at 1.0, 1.5, 2.0 -> bucket [1, 2) holds 4.
+    assert m["max_output_tokens_per_s"] == 4
+
+
+def test_failed_requests_never_count_as_output():
+    ok = rec(0, 100.0, [0.5, 1.0], [1, 1])
+    bad = rec(1, 100.0, [0.5, 1.0], [1, 1], error="short stream: 2 of 8 tokens")
+    m = compute_metrics(run([ok, bad]), target_concurrency=2)
+    assert m.values["total_output_tokens"] == 2
+    assert m.failed == 1 and m.errors == {"short stream": 1}
+
+
+def test_server_count_wins_and_missing_count_is_reported():
+    counted = rec(0, 100.0, [0.5, 1.0], [1, 1], out=5)
+    m = compute_metrics(run([counted]), target_concurrency=1)
+    assert m.values["total_output_tokens"] == 5
+    unknown = rec(0, 100.0, [0.5, 1.0], [1, 1])
+    unknown.output_tokens = None
+    m = compute_metrics(run([unknown]), target_concurrency=1)
+    assert m.values["total_output_tokens"] == 2
+    assert any("no server token count" in n for n in m.notes)
+
+
+def test_steady_window_is_the_plateau():
+    # 10 requests in flight from 100.0 to 102.0, then only 1 until 104.
+    recs = [rec(i, 100.0, [0.1 * k for k in range(1, 21)], [1] * 20) for i in range(10)]
+    recs.append(rec(10, 100.0, [0.2 * k for k in range(1, 21)], [1] * 20))
+    m = compute_metrics(run(recs), target_concurrency=10)
+    w = m.steady
+    assert w is not None
+    assert w.start_s == pytest.approx(100.0)
+    assert w.end_s == pytest.approx(101.9, abs=0.11)
+    assert m.values["steady_output_throughput"] == pytest.approx(w.output_tokens / w.length_s)
+    assert m.timeline.in_flight[0] == 11 and m.timeline.in_flight[-1] <= 1
+
+
+def test_no_steady_window_is_a_note():
+    m = compute_metrics(run([rec(0, 100.0, [0.5, 1.0], [1, 1])]), target_concurrency=8)
+    assert m.steady is None
+    assert "steady_output_throughput" not in m.values
+    assert any("no steady-state window" in n for n in m.notes)
+
+
+@pytest.mark.parametrize(
+    "values, q, expected",
+    # Values numpy.percentile gives (default linear interpolation).
+    [([1, 2, 3, 4], 90, 3.7), ([10, 20], 99, 19.9), ([5], 37, 5.0), ([3, 1, 2], 50, 2.0), ([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 99, 9.91)],
+)
+def test_percentile_matches_numpy_cases(values, q, expected):
+    assert percentile(sorted(values), q) == pytest.approx(expected)
+
+
+@given(st.lists(st.floats(min_value=-1e6, max_value=1e6), min_size=1, max_size=50), st.floats(min_value=0, max_value=100))
+def test_percentile_is_bounded_and_monotone(values, q):
+    s = sorted(values)
+    p = percentile(s, q)
+    assert s[0] - 1e-6 <= p <= s[-1] + 1e-6
+    assert percentile(s, 0) == s[0] and percentile(s, 100) == s[-1]
+    assert percentile(s, min(100.0, q + 1)) >= p - 1e-6
