@@ -56,9 +56,10 @@ def _repeat_json(rep: RepeatResult) -> dict[str, Any]:
     }
 
 
-def _workload_json(res: WorkloadResult) -> dict[str, Any]:
+def _workload_json(res: WorkloadResult, rules: Any) -> dict[str, Any]:
     return {
         "workload": res.workload,
+        "rules": _plain(rules),
         "valid": res.valid,
         "invalid_reasons": res.invalid_reasons,
         "fingerprint": _plain(res.fingerprint),
@@ -77,7 +78,7 @@ def results_document(session: GateSession) -> dict[str, Any]:
         "server": server.provenance() if server else None,
         "gpus": _plain(session.gpus()),
         "telemetry_note": session.telemetry_note,
-        "workloads": [_workload_json(r) for r in session.results.values()],
+        "workloads": [_workload_json(r, session.rules(r.workload)) for r in session.results.values()],
         "errors": {k: str(v) for k, v in session.failures.items()},
     }
 

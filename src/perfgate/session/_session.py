@@ -6,13 +6,12 @@ The pytest plugin is a thin layer over this class; nothing here imports pytest.
 
 from __future__ import annotations
 
-import getpass
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from perfgate.baseline import Baseline, BaselineStore, Fingerprint, fingerprint_for, provenance_defaults
+from perfgate.baseline import Baseline, BaselineStore, Fingerprint, fingerprint_for, provenance
 from perfgate.errors import BaselineError, PerfgateError, ProfileError, TelemetryError
 from perfgate.load import ClientLimits, Progress, run_workload
 from perfgate.metrics import compute_metrics
@@ -20,7 +19,7 @@ from perfgate.profile import Profile, Workload
 from perfgate.server import RunningServer, start_server
 from perfgate.session._result import RepeatResult, WorkloadResult
 from perfgate.telemetry import NotMeasured, open_monitor
-from perfgate.verdict import judge, rules_for
+from perfgate.verdict import MetricRule, judge, rules_for
 
 
 @dataclass(frozen=True)
@@ -93,6 +92,9 @@ class GateSession:
         self._stack.close()
         return self._server.notes if self._server else []
 
+    def rules(self, workload: str) -> list[MetricRule]:
+        return self._rules[workload]
+
     # -- workloads ------------------------------------------------------------------------
     def repeats_for(self, workload: Workload) -> int:
         return self.options.repeats or self.profile.repeats_for(workload)
@@ -128,19 +130,13 @@ class GateSession:
             window, note = self._telemetry_window(load.start_s, load.end_s, metrics)
             repeats.append(RepeatResult(load, metrics, window, note))
         invalid = self._invalid_reasons(workload, repeats)
-        fingerprint = fingerprint_for(
-            profile=self.profile,
-            workload=workload,
-            gpus=self.gpus(),
-            server_info=server.info,
-            model=server.model,
-        )
+        fingerprint = self._fingerprint(server, workload)
         baseline = self.store.load(self.profile.name, workload.name, fingerprint)
         note = ""
         if baseline is None:
             others = self.store.others(self.profile.name, workload.name, fingerprint)
             if others:
-                note = f"baselines exist for other fingerprints ({self._fingerprint_diff(others[0].fingerprint, fingerprint)}); not used"
+                note = f"a baseline exists for another fingerprint ({others[0].fingerprint.describe_difference(fingerprint)}); not used"
         verdict = judge(
             workload.name,
             self._rules[workload.name],
@@ -161,7 +157,7 @@ class GateSession:
             previous_values=baseline.medians() if baseline else {},
         )
         if self.options.update_baselines:
-            self._record(workload, result, baseline)
+            self._record(workload, result)
         return result
 
     def _telemetry_window(self, start_s: float, end_s: float, metrics: Any) -> tuple[Any, str]:
@@ -190,38 +186,62 @@ class GateSession:
                 )
         return reasons
 
-    @staticmethod
-    def _fingerprint_diff(other: Fingerprint, mine: Fingerprint) -> str:
-        diffs = [f"{k} {a!r} -> {b!r}" for k, a, b in other.differences(mine)]
-        return "; ".join(diffs[:3]) or "same fields, different hash"
+    def hardware(self) -> dict[str, Any]:
+        """GPU model, count, enforced limit and driver: from telemetry, else what the simulator reports."""
+        gpus = self.gpus()
+        if gpus:
+            return {
+                "gpu_model": gpus[0].name,
+                "gpu_count": len(gpus),
+                "power_limit_w": gpus[0].power_limit_w,
+                "driver_version": gpus[0].driver_version,
+            }
+        sim = (self._server.info.get("perfgate_sim") if self._server else None) or {}
+        sim_gpus = sim.get("gpus") or []
+        if sim_gpus:
+            return {
+                "gpu_model": "simulated " + str(sim_gpus[0].get("name", "GPU")),
+                "gpu_count": len(sim_gpus),
+                "power_limit_w": sim_gpus[0].get("power_limit_w"),
+                "driver_version": "",
+            }
+        return {"gpu_model": "unknown", "gpu_count": len(self.profile.server.gpus), "power_limit_w": None, "driver_version": ""}
 
-    def _record(self, workload: Workload, result: WorkloadResult, previous: Baseline | None) -> None:
+    def _fingerprint(self, server: RunningServer, workload: Workload) -> Fingerprint:
+        spec = self.profile.server
+        args = list(spec.args) + [f"--{k.replace('_', '-')}={v}" for k, v in sorted(spec.sim.items())]
+        return fingerprint_for(
+            engine=spec.kind if server.kind != "attach" else "attach",
+            model=spec.model_path or server.model,
+            server_args=args,
+            workload=workload,
+            **self.hardware(),
+        )
+
+    def _record(self, workload: Workload, result: WorkloadResult) -> None:
         if not result.valid:
             result.baseline_note = "not recorded: the run was invalid (" + "; ".join(result.invalid_reasons) + ")"
             return
         server = self.server()
-        provenance = provenance_defaults()
-        provenance.update(
-            {
-                "server": server.provenance(),
-                "accepted_by": getpass.getuser(),
-                "reason": self.options.accept_regression or "",
-            }
-        )
-        baseline = Baseline.new(
+        prov = provenance(server.versions, reason=self.options.accept_regression, repo_dir=self.profile.path.parent)
+        prov["server"] = server.provenance()
+        telemetry = {
+            f"repeat_{i}": r.telemetry.summary() for i, r in enumerate(result.repeats, start=1) if r.telemetry is not None
+        }
+        baseline = Baseline(
             profile=self.profile.name,
             workload=workload.name,
             fingerprint=result.fingerprint,
             repeats=result.values(),
-            telemetry=[r.telemetry.to_json() if r.telemetry is not None else None for r in result.repeats],
-            provenance=provenance,
+            telemetry=telemetry,
+            provenance=prov,
         )
         try:
             path = self.store.save(
                 baseline,
-                previous=previous,
                 rules=self._rules[workload.name],
                 accept_regression=self.options.accept_regression,
+                alpha=self.profile.gate.alpha,
             )
         except BaselineError as e:
             result.baseline_note = f"not recorded: {e}"

@@ -1,0 +1,96 @@
+"""The load client against the real simulator over loopback HTTP: every backend, every way a stream can fail."""
+
+from __future__ import annotations
+
+import time
+from contextlib import ExitStack
+from dataclasses import replace
+
+import pytest
+
+from perfgate.errors import LoadError
+from perfgate.load import ClientLimits, make_requests, run_workload
+from perfgate.metrics import compute_metrics
+from perfgate.profile import Workload
+from perfgate.server import start_server
+from tests.support import sim_spec
+
+W = Workload(name="w", num_prompts=24, concurrency=8, input_len=16, output_len=12, warmup_requests=2)
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory):
+    with ExitStack() as stack:
+        yield start_server(sim_spec(), log_dir=tmp_path_factory.mktemp("sim"), stack=stack)
+
+
+@pytest.fixture(scope="module")
+def faulty(tmp_path_factory):
+    spec = sim_spec(error_chunk_rate=0.2, truncate_rate=0.2, short_rate=0.2, http_error_rate=0.1, seed=3)
+    with ExitStack() as stack:
+        yield start_server(spec, log_dir=tmp_path_factory.mktemp("faulty"), stack=stack)
+
+
+@pytest.mark.parametrize("backend", ["sglang", "openai-completions", "openai-chat"])
+def test_every_backend_gets_exact_server_counted_tokens(sim, backend):
+    w = replace(W, backend=backend)
+    run = run_workload(sim.base_url, w, model=sim.model)
+    assert len(run.records) == w.num_prompts
+    assert all(r.ok for r in run.records), [r.error for r in run.records if r.error][:3]
+    assert all(r.output_tokens == w.output_len for r in run.records)
+    assert all(sum(r.chunk_tokens) == w.output_len for r in run.records)
+    if backend != "openai-chat":
+        # Token-id prompts have exact lengths.
+        assert all(r.input_tokens == w.input_len for r in run.records)
+    m = compute_metrics(run, target_concurrency=w.concurrency)
+    assert m.values["total_output_tokens"] == w.num_prompts * w.output_len
+    assert m.values["mean_tpot_ms"] > 0 and m.values["mean_ttft_ms"] > 0
+
+
+def test_broken_streams_are_failed_requests_with_reasons(faulty):
+    w = replace(W, num_prompts=60, warmup_requests=0)
+    run = run_workload(faulty.base_url, w, model=faulty.model)
+    kinds = {r.error.split(":", 1)[0] for r in run.records if r.error}
+    assert {"error chunk from server", "truncated stream", "short stream"} <= kinds
+    assert any(k.startswith("HTTP 500") for k in kinds)
+    m = compute_metrics(run, target_concurrency=w.concurrency)
+    ok = [r for r in run.records if r.ok]
+    assert m.values["total_output_tokens"] == sum(r.output_tokens for r in ok)
+    assert m.failed == len(run.records) - len(ok) > 0
+
+
+def test_failed_warmup_stops_the_workload_with_the_reason(faulty):
+    w = replace(W, warmup_requests=20)
+    with pytest.raises(LoadError, match=r"workload w: \d+ of 20 warmup requests to .* failed; first: "):
+        run_workload(faulty.base_url, w, model=faulty.model)
+
+
+def test_starved_client_is_marked_saturated(sim):
+    # A progress callback that hogs the event loop starves the client just as CPU contention would.
+    def hog(_):
+        time.sleep(0.3)
+
+    w = replace(W, warmup_requests=0)
+    run = run_workload(sim.base_url, w, model=sim.model, on_progress=hog, limits=ClientLimits(max_lag_p99_ms=100))
+    assert run.client.saturated
+    assert "event-loop lag" in run.client.reason
+    healthy = run_workload(sim.base_url, w, model=sim.model, limits=ClientLimits(max_lag_p99_ms=100, max_cpu_share=1.5))
+    assert healthy.client.chunks == w.num_prompts * w.output_len
+
+
+def test_api_key_comes_from_the_environment_only(sim, monkeypatch):
+    with pytest.raises(LoadError, match="environment variable PERFGATE_TEST_TOKEN"):
+        run_workload(sim.base_url, W, model=sim.model, api_key_env="PERFGATE_TEST_TOKEN")
+    monkeypatch.setenv("PERFGATE_TEST_TOKEN", "s3cret")
+    run = run_workload(sim.base_url, replace(W, num_prompts=4), model=sim.model, api_key_env="PERFGATE_TEST_TOKEN")
+    assert all(r.ok for r in run.records)
+
+
+def test_prompts_are_seeded_exact_and_in_range():
+    w = replace(W, token_id_range=(5, 50))
+    a, b = make_requests(w, 10), make_requests(w, 10)
+    assert [r.input_ids for r in a] == [r.input_ids for r in b]
+    assert all(len(r.input_ids) == w.input_len and all(5 <= t < 50 for t in r.input_ids) for r in a)
+    assert [r.input_ids for r in make_requests(w, 10, seed_offset=1)] != [r.input_ids for r in a]
+    varied = make_requests(replace(w, range_ratio=0.5), 200)
+    assert {r.input_len for r in varied} <= set(range(8, 17)) and len({r.input_len for r in varied}) > 3

@@ -1,0 +1,133 @@
+"""Server lifecycle through the same code path as SGLang: only the command differs.
+
+Every failure must end with a clear message within its bound and leave no process behind.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+import uuid
+from contextlib import ExitStack
+from dataclasses import replace
+
+import httpx
+import pytest
+
+from perfgate.errors import ServerError
+from perfgate.server import build_command, start_server
+from tests.support import processes_with, sim_spec
+
+
+def marked(**sim):
+    """A simulator spec whose processes can be found by a unique model path."""
+    marker = f"lifecycle-{uuid.uuid4().hex[:10]}"
+    return replace(sim_spec(**sim), model_path=marker), marker
+
+
+def test_boot_serve_and_teardown_leave_nothing(tmp_path):
+    spec, marker = marked()
+    with ExitStack() as stack:
+        server = start_server(spec, log_dir=tmp_path, stack=stack)
+        assert processes_with(marker)
+        assert httpx.get(server.base_url + "/health_generate").status_code == 200
+        assert server.info.get("version")
+        assert server.model == marker
+        assert server.boot_s > 0
+    assert processes_with(marker) == []
+    assert "fired up and ready to roll" in server.log_path.read_text()
+
+
+def test_crash_at_boot_fails_fast_with_exit_code_and_log(tmp_path):
+    spec, marker = marked(fail_at_startup=True)
+    t0 = time.monotonic()
+    with pytest.raises(ServerError) as exc, ExitStack() as stack:
+        start_server(spec, log_dir=tmp_path, stack=stack)
+    msg = str(exc.value)
+    assert "exited with code 1" in msg
+    assert "Initialization failed" in msg and "--- last 50 lines of" in msg
+    assert time.monotonic() - t0 < spec.startup_timeout_s
+    assert processes_with(marker) == []
+
+
+def test_hang_at_boot_times_out_within_bound(tmp_path):
+    spec, marker = marked(hang_at_startup=True)
+    spec = replace(spec, startup_timeout_s=3.0)
+    t0 = time.monotonic()
+    with pytest.raises(ServerError, match=r"not ready after 3 s: .*/health_generate last answered HTTP 503") as exc:
+        with ExitStack() as stack:
+            start_server(spec, log_dir=tmp_path, stack=stack)
+    assert time.monotonic() - t0 < 3.0 + 15.0
+    assert "startup_timeout_s" in str(exc.value)
+    assert processes_with(marker) == []
+
+
+def test_bad_flag_shows_the_servers_own_complaint(tmp_path):
+    spec, marker = marked()
+    spec = replace(spec, args=("--no-such-flag", "1"))
+    with pytest.raises(ServerError, match=r"exited with code 2(.|\n)*--no-such-flag"):
+        with ExitStack() as stack:
+            start_server(spec, log_dir=tmp_path, stack=stack)
+    assert processes_with(marker) == []
+
+
+def test_port_in_use_is_refused_before_launch(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        spec, marker = marked()
+        with pytest.raises(ServerError, match=f"port {port} on 127.0.0.1 is already in use"):
+            with ExitStack() as stack:
+                start_server(replace(spec, port=port), log_dir=tmp_path, stack=stack)
+    assert processes_with(marker) == []
+
+
+def test_sigterm_ignoring_server_is_killed_with_its_group(tmp_path):
+    # A "command" server whose shell ignores SIGTERM and leaves a child: both must go.
+    marker = f"stubborn-{uuid.uuid4().hex[:8]}"
+    script = (
+        "import signal, subprocess, sys, http.server;"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN);"
+        f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', '{marker}']);"
+        "http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), http.server.SimpleHTTPRequestHandler).serve_forever()"
+    )
+    spec = replace(
+        sim_spec(),
+        kind="command",
+        sim={},
+        command=("{python}", "-c", script, "{port}", marker),
+        ready_path="/",
+        shutdown_timeout_s=1.0,
+    )
+    with ExitStack() as stack:
+        server = start_server(spec, log_dir=tmp_path, stack=stack)
+        assert len(processes_with(marker)) == 2
+    assert processes_with(marker) == []
+    assert any("ignored SIGTERM" in n for n in server.notes)
+
+
+def test_attach_uses_the_same_readiness_and_provenance(tmp_path):
+    spec, _ = marked()
+    with ExitStack() as owner:
+        booted = start_server(spec, log_dir=tmp_path, stack=owner)
+        with ExitStack() as stack:
+            attached = start_server(replace(spec, kind="attach", sim={}), log_dir=tmp_path, stack=stack, base_url=booted.base_url)
+        assert attached.kind == "attach" and attached.process is None
+        assert attached.info == booted.info
+        # Attaching never stops the server it did not start.
+        assert httpx.get(booted.base_url + "/health").status_code == 200
+
+
+def test_command_template_rejects_unknown_placeholders():
+    spec = replace(sim_spec(), kind="command", sim={}, command=("serve", "{modle}"))
+    with pytest.raises(ServerError, match=r"bad placeholder 'modle'; use \{port\}"):
+        build_command(spec, 1234)
+
+
+def test_sglang_command_sets_tp_and_pci_bus_order():
+    spec = replace(sim_spec(), kind="sglang", sim={}, model_path="/m", gpus=(2, 3), python="/venv/bin/python")
+    argv, env = build_command(spec, 30000)
+    assert argv[:3] == ["/venv/bin/python", "-m", "sglang.launch_server"]
+    assert argv[argv.index("--tp") + 1] == "2"
+    assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID" and env["CUDA_VISIBLE_DEVICES"] == "2,3"

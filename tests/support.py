@@ -1,0 +1,31 @@
+"""Helpers shared by perfgate's own tests."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from perfgate.profile import ServerSpec
+
+
+def sim_spec(**sim: object) -> ServerSpec:
+    """A fast simulator: tiny time scale, short startup, plus the given [server.sim] options."""
+    opts: dict = {"time_scale": 0.01, "startup_delay_s": 0.2, "gpus": 2}
+    opts.update(sim)
+    return ServerSpec(kind="simulator", sim=opts, startup_timeout_s=30.0, shutdown_timeout_s=5.0)
+
+
+def processes_with(marker: str) -> list[int]:
+    """PIDs of live (non-zombie) processes whose command line contains ``marker``."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (entry / "stat").read_text().rsplit(")", 1)[-1].split()[0]
+        except OSError:
+            continue
+        if marker in cmd and state != "Z":
+            pids.append(int(entry.name))
+    return pids
