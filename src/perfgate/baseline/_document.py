@@ -1,0 +1,164 @@
+"""The baseline document: what one JSON file holds, its schema version and migrations.
+
+Files are written with sorted keys, indent 2 and a trailing newline so that a baseline update
+reads well in ``git diff``. A document from an older schema is upgraded on read through
+:data:`MIGRATIONS` (version -> function returning the next version's dict); a document from a
+newer perfgate is refused rather than guessed at.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from perfgate.baseline._args import normalize_args
+from perfgate.baseline._fingerprint import Fingerprint, driver_major
+from perfgate.errors import BaselineError
+from perfgate.verdict import median
+
+SCHEMA_VERSION = 1
+
+FIX_HINT = "delete it or re-record it with `pytest perf_tests --perf-update-baselines`"
+
+
+@dataclass
+class Baseline:
+    """The accepted numbers for one (profile, workload, fingerprint).
+
+    ``repeats`` holds every repeat's raw metrics (flat dicts of finite numbers); ``telemetry``
+    is the per-GPU telemetry summary as given by the caller (any JSON-able dict);
+    ``provenance`` holds versions, date, host, user, git commit and acceptance notes.
+    ``source`` is the file it was read from (not stored).
+    """
+
+    profile: str
+    workload: str
+    fingerprint: Fingerprint
+    repeats: list[dict[str, float]]
+    telemetry: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+    source: Path | None = field(default=None, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "profile": self.profile,
+            "workload": self.workload,
+            "fingerprint": self.fingerprint.to_dict(),
+            "fingerprint_digest": self.fingerprint.digest,
+            "repeats": [dict(r) for r in self.repeats],
+            "telemetry": self.telemetry,
+            "provenance": self.provenance,
+        }
+
+    def to_json(self) -> str:
+        """Stable text: sorted keys, indent 2, trailing newline. ValueError on NaN/inf."""
+        return json.dumps(self.to_dict(), sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+    def medians(self) -> dict[str, float]:
+        """Median over repeats of every metric any repeat has."""
+        names = sorted({k for r in self.repeats for k in r})
+        return {k: median([r[k] for r in self.repeats if k in r]) for k in names}
+
+    @classmethod
+    def from_dict(cls, data: Any, source: Path) -> Baseline:
+        """Validate (and migrate) a parsed document; BaselineError names ``source`` and the fix."""
+        if not isinstance(data, dict):
+            raise BaselineError(f"baseline {source}: expected a JSON object at the top level; {FIX_HINT}")
+        version = data.get("schema_version", 0)
+        if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+            raise BaselineError(f"baseline {source}: schema_version must be a whole number, got {version!r}; {FIX_HINT}")
+        if version > SCHEMA_VERSION:
+            raise BaselineError(
+                f"baseline {source}: written by a newer perfgate (schema {version}; this perfgate reads up to "
+                f"{SCHEMA_VERSION}); upgrade perfgate, or {FIX_HINT}"
+            )
+        try:
+            while version < SCHEMA_VERSION:
+                data = MIGRATIONS[version](data)
+                version += 1
+            return cls._from_current(data, source)
+        except (KeyError, TypeError, ValueError) as e:
+            what = f"missing key {e}" if isinstance(e, KeyError) else str(e)
+            raise BaselineError(f"baseline {source}: not a valid schema {version} baseline ({what}); {FIX_HINT}") from None
+
+    @classmethod
+    def _from_current(cls, data: Mapping[str, Any], source: Path) -> Baseline:
+        for key in ("profile", "workload"):
+            if not isinstance(data[key], str):
+                raise TypeError(f"{key} must be a string")
+        for key in ("telemetry", "provenance"):
+            if not isinstance(data.get(key, {}), dict):
+                raise TypeError(f"{key} must be an object")
+        return cls(
+            profile=data["profile"],
+            workload=data["workload"],
+            fingerprint=Fingerprint.from_dict(data["fingerprint"]),
+            repeats=check_repeats(data["repeats"]),
+            telemetry=dict(data.get("telemetry", {})),
+            provenance=dict(data.get("provenance", {})),
+            source=source,
+        )
+
+
+def check_repeats(repeats: Any) -> list[dict[str, float]]:
+    """Repeats as a list of {metric: finite number}; TypeError/ValueError naming the problem."""
+    if not isinstance(repeats, list) or not repeats:
+        raise ValueError("repeats must be a non-empty list of metric objects")
+    out = []
+    for i, r in enumerate(repeats):
+        if not isinstance(r, dict):
+            raise TypeError(f"repeat #{i + 1} must be an object of metric: number")
+        for k, v in r.items():
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+                raise ValueError(f"repeat #{i + 1} metric {k!r} must be a finite number, got {v!r}")
+        out.append({str(k): float(v) for k, v in r.items()})
+    return out
+
+
+def _v0_to_v1(old: Mapping[str, Any]) -> dict[str, Any]:
+    """Schema 0 (perfgate before baselines kept raw repeats) to schema 1.
+
+    Schema 0 kept only the mean of each metric ("means") and the repeat count, hardware under
+    "machine" (gpu, gpus, power_limit in W as a float, full driver version), the server under
+    "server" (engine, model, raw args) and the workload spec under "spec". The means become one
+    repeat, so the noise test stays off (tolerance alone) until the baseline is re-recorded.
+    """
+    machine, server = old["machine"], old["server"]
+    limit = machine.get("power_limit")
+    fingerprint = Fingerprint(
+        gpu_model=" ".join(str(machine["gpu"]).split()),
+        gpu_count=int(machine["gpus"]),
+        power_limit_w=None if limit is None else int(round(float(limit))),
+        driver_major=driver_major(str(machine.get("driver", ""))),
+        engine=str(server.get("engine", "sglang")),
+        model=str(server["model"]).strip().rstrip("/"),
+        server_args=normalize_args(server.get("args", [])),
+        workload=dict(old["spec"]),
+    )
+    provenance = {
+        "versions": dict(old.get("versions", {})),
+        "date": old.get("recorded_at"),
+        "user": old.get("recorded_by"),
+        "migrated_from_schema": 0,
+        "migration_note": (
+            f"schema 0 kept means of {old.get('n_repeats', '?')} repeats only; they are stored as one repeat, "
+            "so the noise test is off until this baseline is re-recorded"
+        ),
+    }
+    return {
+        "schema_version": 1,
+        "profile": old["profile"],
+        "workload": old["workload"],
+        "fingerprint": fingerprint.to_dict(),
+        "repeats": [dict(old["means"])],
+        "telemetry": {},
+        "provenance": provenance,
+    }
+
+
+MIGRATIONS: dict[int, Callable[[Mapping[str, Any]], dict[str, Any]]] = {0: _v0_to_v1}
+"""schema version -> function upgrading a parsed document of that version to the next one."""

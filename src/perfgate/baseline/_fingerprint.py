@@ -1,0 +1,161 @@
+"""What makes two measurements comparable: hardware, driver, engine, model, flags, workload.
+
+Library versions (SGLang, FlashInfer, torch, CUDA) are deliberately NOT part of it: they are
+provenance, so that an upgrade is gated against the numbers recorded before it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass, field, fields
+from typing import Any, Iterable, Mapping
+
+from perfgate.baseline._args import normalize_args
+from perfgate.profile import Workload
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """The comparability key of a baseline.
+
+    ``power_limit_w`` is the enforced per-GPU power limit rounded to whole watts (None when it
+    could not be read, e.g. no GPU); ``driver_major`` is "580" for driver "580.105.08";
+    ``server_args`` is already normalized (see :func:`normalize_args`); ``workload`` is
+    :meth:`Workload.spec`.
+    """
+
+    gpu_model: str
+    gpu_count: int
+    power_limit_w: int | None
+    driver_major: str
+    engine: str
+    model: str
+    server_args: tuple[str, ...]
+    workload: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "gpu_model": self.gpu_model,
+            "gpu_count": self.gpu_count,
+            "power_limit_w": self.power_limit_w,
+            "driver_major": self.driver_major,
+            "engine": self.engine,
+            "model": self.model,
+            "server_args": list(self.server_args),
+            "workload": dict(self.workload),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Fingerprint:
+        """Inverse of :meth:`to_dict`; raises KeyError/TypeError/ValueError on a bad shape."""
+        expected = {f.name for f in fields(cls)}
+        if set(data) != expected:
+            missing = sorted(expected - set(data))
+            extra = sorted(set(data) - expected)
+            raise ValueError(f"fingerprint fields differ (missing {missing}, unexpected {extra})")
+        limit = data["power_limit_w"]
+        if not (limit is None or (isinstance(limit, int) and not isinstance(limit, bool))):
+            raise TypeError(f"power_limit_w must be an integer or null, got {limit!r}")
+        if not isinstance(data["gpu_count"], int) or isinstance(data["gpu_count"], bool):
+            raise TypeError(f"gpu_count must be an integer, got {data['gpu_count']!r}")
+        for key in ("gpu_model", "driver_major", "engine", "model"):
+            if not isinstance(data[key], str):
+                raise TypeError(f"{key} must be a string, got {data[key]!r}")
+        args = data["server_args"]
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            raise TypeError("server_args must be a list of strings")
+        if not isinstance(data["workload"], dict):
+            raise TypeError("workload must be an object")
+        return cls(
+            gpu_model=data["gpu_model"],
+            gpu_count=data["gpu_count"],
+            power_limit_w=limit,
+            driver_major=data["driver_major"],
+            engine=data["engine"],
+            model=data["model"],
+            server_args=tuple(args),
+            workload=dict(data["workload"]),
+        )
+
+    def canonical_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+    @property
+    def digest(self) -> str:
+        """12 hex digits of sha256 over the canonical JSON: stable across runs and machines."""
+        return hashlib.sha256(self.canonical_json().encode("ascii")).hexdigest()[:12]
+
+    @property
+    def slug(self) -> str:
+        """Readable hardware part of a file name, e.g. ``8xrtx-pro-6000-blackwell-600W``."""
+        gpu = _slugify(re.sub(r"(?i)^nvidia\s+", "", self.gpu_model)) or "nogpu"
+        limit = f"-{self.power_limit_w}W" if self.power_limit_w is not None else ""
+        return f"{self.gpu_count}x{gpu[:40].strip('-')}{limit}"
+
+    def __hash__(self) -> int:
+        return hash(self.canonical_json())
+
+    def differences(self, other: Fingerprint) -> list[tuple[str, Any, Any]]:
+        """(field, self's value, other's value) for every field that differs."""
+        mine, theirs = self.to_dict(), other.to_dict()
+        return [(k, mine[k], theirs[k]) for k in mine if mine[k] != theirs[k]]
+
+    def describe_difference(self, other: Fingerprint) -> str:
+        """One line such as ``gpu_count 8 -> 4, power_limit_w 600 -> 300`` (self -> other)."""
+        parts = []
+        for name, old, new in self.differences(other):
+            if name == "server_args":
+                removed = sorted(set(old) - set(new))
+                added = sorted(set(new) - set(old))
+                parts.append("server_args " + ", ".join([f"-{a}" for a in removed] + [f"+{a}" for a in added]))
+            elif name == "workload":
+                keys = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+                parts.append("workload " + ", ".join(f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in keys))
+            else:
+                parts.append(f"{name} {old!r} -> {new!r}" if isinstance(old, str) else f"{name} {old} -> {new}")
+        return ", ".join(parts) or "nothing"
+
+
+def _slugify(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def safe_name(text: str) -> str:
+    """A profile or workload name made safe for a file name, still readable."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "_"
+
+
+def driver_major(version: str) -> str:
+    """ "580.105.08" -> "580"; "" stays "" (no driver, e.g. the simulator)."""
+    return version.strip().split(".", 1)[0]
+
+
+def fingerprint_for(
+    *,
+    gpu_model: str,
+    gpu_count: int,
+    power_limit_w: float | None,
+    driver_version: str,
+    engine: str,
+    model: str,
+    server_args: Iterable[str],
+    workload: Workload | Mapping[str, Any],
+) -> Fingerprint:
+    """Build a fingerprint from raw facts: rounds the limit, cuts the driver to its major
+    version, normalizes the args and takes the workload's spec. Runs of spaces in the GPU
+    model name collapse to one ("NVIDIA  H100" == "NVIDIA H100")."""
+    limit = None if power_limit_w is None or not math.isfinite(power_limit_w) else int(round(power_limit_w))
+    spec = workload.spec() if isinstance(workload, Workload) else dict(workload)
+    return Fingerprint(
+        gpu_model=" ".join(gpu_model.split()),
+        gpu_count=gpu_count,
+        power_limit_w=limit,
+        driver_major=driver_major(driver_version),
+        engine=engine,
+        model=model.strip().rstrip("/"),
+        server_args=normalize_args(server_args),
+        workload=spec,
+    )

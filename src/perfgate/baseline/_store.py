@@ -1,0 +1,193 @@
+"""Baselines on disk: one JSON file per (profile, workload, fingerprint).
+
+Layout: ``<root>/<profile>/<workload>--<count>x<gpu>-<limit>W--<digest>.json``. The file name
+is for people; the fingerprint inside the file is the truth, so lookups read the workload's
+files and compare fingerprints (a renamed or migrated file is still found).
+
+Writes go to a temporary file in the same directory, are fsynced, then ``os.replace``d over
+the target, all under a ``filelock.FileLock`` per (profile, workload): readers never see a
+partial file and concurrent writers never lose a file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Sequence
+
+import filelock
+
+from perfgate.baseline._document import FIX_HINT, Baseline, check_repeats
+from perfgate.baseline._fingerprint import Fingerprint, safe_name
+from perfgate.errors import BaselineError
+from perfgate.verdict import MetricRule, judge
+
+LOCK_TIMEOUT_S = 120.0
+
+
+class BaselineStore:
+    """Baseline files under ``root`` (a repository's ``baselines/`` by default at the call site)."""
+
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root)
+
+    def path_for(self, profile: str, workload: str, fingerprint: Fingerprint) -> Path:
+        name = f"{safe_name(workload)}--{fingerprint.slug}--{fingerprint.digest}.json"
+        return self.root / safe_name(profile) / name
+
+    def _workload_files(self, profile: str, workload: str) -> list[Path]:
+        folder = self.root / safe_name(profile)
+        return sorted(folder.glob(f"{safe_name(workload)}--*.json"))
+
+    def _workload_baselines(self, profile: str, workload: str) -> list[Baseline]:
+        found = []
+        for path in self._workload_files(profile, workload):
+            b = read_baseline(path)
+            if b is not None and b.profile == profile and b.workload == workload:
+                found.append(b)
+        return found
+
+    def load(self, profile: str, workload: str, fingerprint: Fingerprint) -> Baseline | None:
+        """The baseline recorded for exactly this fingerprint, or None.
+
+        Raises BaselineError for a corrupt, unreadable or future-schema file of this workload.
+        """
+        for b in self._workload_baselines(profile, workload):
+            if b.fingerprint == fingerprint:
+                return b
+        return None
+
+    def others(self, profile: str, workload: str, fingerprint: Fingerprint) -> list[Baseline]:
+        """Baselines of this profile and workload recorded under a different fingerprint.
+
+        Never used for gating; they let a message say what differs, e.g. via
+        ``fingerprint.describe_difference(other.fingerprint)``.
+        """
+        return [b for b in self._workload_baselines(profile, workload) if b.fingerprint != fingerprint]
+
+    def list_all(self) -> list[Baseline]:
+        """Every baseline under the root, sorted by file path."""
+        out = []
+        for path in sorted(self.root.glob("*/*.json")):
+            b = read_baseline(path)
+            if b is not None:
+                out.append(b)
+        return out
+
+    def _lock(self, profile: str, workload: str) -> filelock.FileLock:
+        folder = self.root / safe_name(profile)
+        return filelock.FileLock(str(folder / f".{safe_name(workload)}.lock"), timeout=LOCK_TIMEOUT_S)
+
+    def save(
+        self,
+        baseline: Baseline,
+        *,
+        rules: Sequence[MetricRule],
+        accept_regression: str | None = None,
+        alpha: float = 0.05,
+    ) -> Path:
+        """Store ``baseline`` as the accepted numbers for its fingerprint; return the file path.
+
+        If a baseline already exists for the fingerprint, the new repeats are judged against it
+        with ``rules`` (tolerances only: absolute floors/ceilings are not a reason to keep old
+        numbers); when any metric is worse, the save is refused with BaselineError unless
+        ``accept_regression`` gives a reason, which is stored in the provenance together with
+        what regressed. The comparison is made against the file on disk under the lock, so two
+        racing updates cannot slip a regression past each other.
+        """
+        path = self.path_for(baseline.profile, baseline.workload, baseline.fingerprint)
+        try:
+            check_repeats(baseline.repeats)
+        except (TypeError, ValueError) as e:
+            raise BaselineError(f"baseline {path}: cannot be saved: {e}") from None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise BaselineError(f"baseline directory {path.parent}: cannot be created ({e}); check --perf-baselines-dir and permissions") from None
+        lock = self._lock(baseline.profile, baseline.workload)
+        try:
+            with lock:
+                current = self.load(baseline.profile, baseline.workload, baseline.fingerprint)
+                provenance = dict(baseline.provenance)
+                if current is not None:
+                    regressions = _regressions(baseline, current, rules, alpha)
+                    if regressions and not accept_regression:
+                        raise BaselineError(
+                            f"baseline {path}: refusing to replace the stored baseline with worse numbers: "
+                            + "; ".join(regressions)
+                            + ". Rerun to check it was noise, or accept the change on purpose with "
+                            "--perf-accept-regression=\"why\""
+                        )
+                    if accept_regression:
+                        provenance["accepted_regression"] = {
+                            "reason": accept_regression,
+                            "regressions": regressions,
+                            "previous_date": current.provenance.get("date"),
+                        }
+                elif accept_regression:
+                    provenance["accepted_regression"] = {"reason": accept_regression, "regressions": []}
+                stored = replace(baseline, provenance=provenance, source=path)
+                try:
+                    text = stored.to_json()
+                except (TypeError, ValueError) as e:
+                    raise BaselineError(f"baseline {path}: cannot be saved, its telemetry or provenance is not JSON: {e}") from None
+                _write_atomic(path, text)
+                if current is not None and current.source is not None and current.source != path:
+                    # The same fingerprint under an old file name (renamed or migrated): keep one file.
+                    with contextlib.suppress(FileNotFoundError):
+                        current.source.unlink()
+        except filelock.Timeout:
+            raise BaselineError(
+                f"baseline {path}: could not take the lock {lock.lock_file} within {LOCK_TIMEOUT_S:g} s; another "
+                "perfgate run is updating baselines. If none is, delete the lock file"
+            ) from None
+        return path
+
+
+def _regressions(new: Baseline, old: Baseline, rules: Sequence[MetricRule], alpha: float) -> list[str]:
+    relative = [replace(r, floor=None, ceiling=None) for r in rules if r.tolerance is not None]
+    verdict = judge(new.workload, relative, new.repeats, old.repeats, alpha=alpha)
+    return [m.message for m in verdict.metrics if m.status == "fail"]
+
+
+def read_baseline(path: Path) -> Baseline | None:
+    """Parse one baseline file; None if it vanished; BaselineError if it is unusable."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as e:
+        raise BaselineError(f"baseline {path}: cannot be read ({e}); {FIX_HINT}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise BaselineError(f"baseline {path}: not valid JSON ({e}); {FIX_HINT}") from None
+    return Baseline.from_dict(data, path)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            # mkstemp creates 0600; baselines are shared through the repository.
+            os.fchmod(f.fileno(), 0o644)
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise BaselineError(f"baseline {path}: cannot be written ({e}); check permissions and free space") from None
+        raise
+    # The rename is durable only once the directory entry is.
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

@@ -1,0 +1,256 @@
+"""Hold one workload's repeats to its rules and its baseline.
+
+A metric fails its tolerance only when the median got worse by more than the tolerance AND
+the repeats say the change is real (one-sided Mann-Whitney U on the raw repeats at ``alpha``):
+a change inside the recorded noise passes, with a message saying so. When the repeat counts
+are too small for the test ever to reach ``alpha`` (e.g. 1 repeat, or 2 against 2 at 0.05),
+the tolerance alone decides and the message says that too. Absolute floors and ceilings are
+checked on the median whether or not a baseline exists.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal, Mapping, Sequence
+
+from perfgate.verdict._direction import Direction, unit_of
+from perfgate.verdict._rules import MetricRule
+from perfgate.verdict._stats import mann_whitney_less, median, min_p_value
+
+Status = Literal["pass", "fail", "no-baseline", "not-measured"]
+NoiseTest = Literal["mann-whitney", "tolerance-only", "none"]
+
+RECORD_HINT = "record one with `pytest perf_tests --perf-update-baselines`"
+
+# p-values and alpha are compared with a hair of slack: 1/20 computed as a ratio of
+# integers must count as <= alpha = 0.05 for 3-vs-3 repeats.
+_P_SLACK = 1e-9
+
+
+@dataclass(frozen=True)
+class MetricVerdict:
+    """The judgement on one gated metric of one workload.
+
+    ``measured`` and ``baseline`` are medians over repeats, in the metric's unit; ``limit`` is
+    the bound that failed, or else the one that applies (tolerance boundary, floor or
+    ceiling); ``change_pct`` is (measured - baseline) / baseline * 100; ``ok`` is whether this
+    verdict lets the gate pass ("no-baseline" is not ok under require_baseline).
+    """
+
+    workload: str
+    metric: str
+    direction: Direction
+    status: Status
+    ok: bool
+    measured: float | None
+    baseline: float | None
+    limit: float | None
+    change_pct: float | None
+    p_value: float | None
+    noise_test: NoiseTest
+    n_measured: int
+    n_baseline: int
+    message: str
+
+
+@dataclass(frozen=True)
+class WorkloadVerdict:
+    workload: str
+    metrics: tuple[MetricVerdict, ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(m.ok for m in self.metrics)
+
+    @property
+    def failures(self) -> tuple[MetricVerdict, ...]:
+        return tuple(m for m in self.metrics if not m.ok)
+
+
+def judge(
+    workload: str,
+    rules: Sequence[MetricRule],
+    current: Sequence[Mapping[str, float]],
+    baseline: Sequence[Mapping[str, float]] | None,
+    *,
+    alpha: float = 0.05,
+    require_baseline: bool = False,
+    no_baseline_note: str = "",
+) -> WorkloadVerdict:
+    """Judge one workload.
+
+    ``current`` and ``baseline`` are the repeats (flat metric dicts); ``baseline`` is None when
+    no baseline exists for this fingerprint. ``no_baseline_note`` is added to "no-baseline"
+    messages, e.g. "a baseline exists for another fingerprint (gpu_count 8 -> 4); not used".
+    """
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be between 0 and 1 (exclusive), got {alpha!r}")
+    verdicts = tuple(
+        _judge_metric(workload, rule, current, baseline, alpha, require_baseline, no_baseline_note) for rule in rules
+    )
+    return WorkloadVerdict(workload=workload, metrics=verdicts)
+
+
+def _values(repeats: Sequence[Mapping[str, float]], metric: str) -> list[float]:
+    out = []
+    for r in repeats:
+        v = r.get(metric)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            out.append(float(v))
+    return out
+
+
+def fmt_value(value: float, unit: str) -> str:
+    """A metric value for people: thousands separators, sensible precision, unit."""
+    a = abs(value)
+    text = f"{value:,.1f}" if a >= 100 else f"{value:,.2f}" if a >= 1 else f"{value:.3g}"
+    if not unit:
+        return text
+    return f"{text}{unit}" if unit == "%" else f"{text} {unit}"
+
+
+@dataclass(frozen=True)
+class _Bound:
+    kind: Literal["limit", "floor", "ceiling"]
+    value: float
+    is_lower: bool
+    violated: bool
+
+
+def _judge_metric(
+    workload: str,
+    rule: MetricRule,
+    current: Sequence[Mapping[str, float]],
+    baseline: Sequence[Mapping[str, float]] | None,
+    alpha: float,
+    require_baseline: bool,
+    no_baseline_note: str,
+) -> MetricVerdict:
+    metric, unit = rule.metric, unit_of(rule.metric)
+    higher = rule.direction == "higher"
+    vals = _values(current, metric)
+    base_vals = _values(baseline, metric) if baseline is not None else []
+    common = dict(workload=workload, metric=metric, direction=rule.direction, n_measured=len(vals), n_baseline=len(base_vals))
+    if not vals:
+        return MetricVerdict(
+            **common,
+            status="not-measured",
+            ok=True,
+            measured=None,
+            baseline=median(base_vals) if base_vals else None,
+            limit=None,
+            change_pct=None,
+            p_value=None,
+            noise_test="none",
+            message=f"{workload}: {metric} was not measured in this run (no repeat reported it); not gated",
+        )
+
+    measured = median(vals)
+    base = median(base_vals) if base_vals else None
+    change_pct = (measured - base) / abs(base) * 100 if base else None
+
+    bounds: list[_Bound] = []
+    if rule.floor is not None:
+        bounds.append(_Bound("floor", rule.floor, True, measured < rule.floor))
+    if rule.ceiling is not None:
+        bounds.append(_Bound("ceiling", rule.ceiling, False, measured > rule.ceiling))
+
+    p_value: float | None = None
+    noise_test: NoiseTest = "none"
+    test_note = ""
+    within_noise = False
+    if rule.tolerance is not None and base is not None:
+        allowed = abs(base) * rule.tolerance
+        # Worse-by amount in the metric's own unit: symmetric between directions by construction.
+        worse = base - measured if higher else measured - base
+        beyond = worse > allowed
+        if min_p_value(len(vals), len(base_vals)) <= alpha * (1 + _P_SLACK):
+            # Test in "goodness" space so one one-sided test serves both directions.
+            good_now, good_base = (vals, base_vals) if higher else ([-v for v in vals], [-v for v in base_vals])
+            p_value = mann_whitney_less(good_now, good_base)
+            noise_test = "mann-whitney"
+            significant = p_value <= alpha * (1 + _P_SLACK)
+            test_note = f"Mann-Whitney p={p_value:.2g}"
+        else:
+            noise_test = "tolerance-only"
+            significant = True
+            test_note = (
+                f"{len(vals)} vs {len(base_vals)} repeats: too few for a noise test at alpha {alpha:g}, tolerance alone"
+            )
+        within_noise = beyond and not significant
+        bounds.insert(0, _Bound("limit", base - allowed if higher else base + allowed, higher, beyond and significant))
+
+    violated = [b for b in bounds if b.violated]
+    shown = _applicable_bound(bounds, higher)
+    if violated:
+        status: Status = "fail"
+        ok = False
+        limit = violated[0].value
+    elif rule.tolerance is not None and base is None:
+        status = "no-baseline"
+        ok = not require_baseline
+        limit = bounds[0].value if bounds else None
+    else:
+        status = "pass"
+        ok = True
+        limit = shown.value if shown else None
+
+    details = []
+    if base is not None:
+        details.append(f"baseline {fmt_value(base, '')}")
+        if change_pct is not None:
+            details.append(f"{change_pct:+.1f}%")
+    if rule.tolerance is not None and base is not None:
+        details.append(f"tolerance {rule.tolerance * 100:g}%")
+    if test_note:
+        details.append(test_note)
+    detail = f" ({', '.join(details)})" if details else ""
+    head = f"{workload}: {metric} {fmt_value(measured, unit)}"
+
+    if status == "fail":
+        parts = [f"{'<' if b.is_lower else '>'} {b.kind} {fmt_value(b.value, unit)}" for b in violated]
+        message = f"{head} {'; '.join(parts)}{detail}"
+    elif status == "no-baseline":
+        why = (
+            "no baseline for this hardware/software fingerprint"
+            if baseline is None
+            else f"the baseline has no {metric} (it was recorded without it)"
+        )
+        note = f"; {no_baseline_note}" if no_baseline_note and baseline is None else ""
+        consequence = "failing because require_baseline is set" if require_baseline else "not gated against a baseline"
+        message = f"{head}: {why}{note}; {consequence}; {RECORD_HINT}"
+    elif within_noise:
+        message = (
+            f"{head} is past limit {fmt_value(bounds[0].value, unit)}{detail}, but within the recorded noise "
+            f"(p > alpha {alpha:g}); passing: rerun with more repeats to confirm"
+        )
+    elif shown is not None:
+        message = f"{head} within {shown.kind} {fmt_value(shown.value, unit)}{detail}"
+    else:
+        message = f"{head}{detail}"
+
+    return MetricVerdict(
+        **common,
+        status=status,
+        ok=ok,
+        measured=measured,
+        baseline=base,
+        limit=limit,
+        change_pct=change_pct,
+        p_value=p_value,
+        noise_test=noise_test,
+        message=message,
+    )
+
+
+def _applicable_bound(bounds: Sequence[_Bound], higher: bool) -> _Bound | None:
+    # Prefer the relative limit, then the absolute bound on the side that matters.
+    for b in bounds:
+        if b.kind == "limit":
+            return b
+    for b in bounds:
+        if b.is_lower == higher:
+            return b
+    return bounds[0] if bounds else None
+
