@@ -1,0 +1,206 @@
+"""Check the NVML telemetry source against a real NVIDIA GPU.
+
+Runs an idle phase, a compute-bound phase (bf16 matmul loop) and a memory-bound phase (large
+device-to-device copies) under perfgate's NVML monitor and prints, per phase: mean power from the
+energy counter, integrated instant power, instant-power percentiles, utilization.gpu, GPM SM /
+tensor / DRAM activity, and the sampler thread's own CPU cost. Needs torch with CUDA and
+nvidia-ml-py. Last stdout line: one JSON object with every figure.
+
+    python benchmarks/gpu_telemetry_check.py --phase-s 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+
+import pynvml
+import torch
+
+from perfgate.errors import TelemetryError
+from perfgate.telemetry import Monitor, NvmlSource, TelemetryWindow
+
+
+def _cuda_uuid(device: int) -> str | None:
+    uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
+    return f"GPU-{uuid}" if uuid is not None else None
+
+
+def _matmul(seconds: float, n: int) -> dict[str, float]:
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    torch.cuda.synchronize()
+    iters, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(10):
+            torch.mm(a, b)
+        torch.cuda.synchronize()
+        iters += 10
+    elapsed = time.perf_counter() - t0
+    return {"tflops": 2 * n**3 * iters / elapsed / 1e12}
+
+
+def _copy(seconds: float, gib: float) -> dict[str, float]:
+    count = int(gib * 2**30) // 2
+    src = torch.empty(count, device="cuda", dtype=torch.bfloat16).fill_(1.0)
+    dst = torch.empty_like(src)
+    torch.cuda.synchronize()
+    iters, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(10):
+            dst.copy_(src)
+        torch.cuda.synchronize()
+        iters += 10
+    elapsed = time.perf_counter() - t0
+    # A copy reads and writes every byte.
+    return {"copy_gb_s": 2 * src.numel() * 2 * iters / elapsed / 1e9}
+
+
+def _profile_calls(uuid: str, reps: int = 20) -> dict[str, float]:
+    """CPU microseconds per call of each NVML query the sampler may make."""
+    nv = pynvml
+    h = nv.nvmlDeviceGetHandleByUUID(uuid)
+    throttle = [nv.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP, nv.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN,
+                nv.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN]
+    gpm = nv.nvmlGpmSampleAlloc()
+    calls = {
+        "fields[power_instant]": lambda: nv.nvmlDeviceGetFieldValues(h, [nv.NVML_FI_DEV_POWER_INSTANT]),
+        "fields[energy]": lambda: nv.nvmlDeviceGetFieldValues(h, [nv.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION]),
+        "fields[power_instant,energy]": lambda: nv.nvmlDeviceGetFieldValues(
+            h, [nv.NVML_FI_DEV_POWER_INSTANT, nv.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION]),
+        "fields[3 throttle counters]": lambda: nv.nvmlDeviceGetFieldValues(h, throttle),
+        "GetTotalEnergyConsumption": lambda: nv.nvmlDeviceGetTotalEnergyConsumption(h),
+        "GetPowerUsage": lambda: nv.nvmlDeviceGetPowerUsage(h),
+        "GetUtilizationRates": lambda: nv.nvmlDeviceGetUtilizationRates(h),
+        "GetClockInfo(SM)": lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
+        "GetTemperature": lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU),
+        "GetMemoryInfo": lambda: nv.nvmlDeviceGetMemoryInfo(h),
+        "GetCurrentClocksEventReasons": lambda: nv.nvmlDeviceGetCurrentClocksEventReasons(h),
+        "GpmSampleGet": lambda: nv.nvmlGpmSampleGet(h, gpm),
+    }
+    out = {}
+    for name, call in calls.items():
+        try:
+            call()
+            c0 = time.thread_time()
+            for _ in range(reps):
+                call()
+            out[name] = (time.thread_time() - c0) / reps * 1e6
+        except nv.NVMLError as err:
+            out[name] = -1.0
+            print(f"{name}: {err}", flush=True)
+    nv.nvmlGpmSampleFree(gpm)
+    return out
+
+
+def _figures(window: TelemetryWindow) -> dict[str, object]:
+    g = window.gpus[0]
+    keep = ("mean_power_w", "integrated_power_w", "power_method", "power_p5_w", "power_p50_w",
+            "power_p95_w", "limit_share", "util_gpu_pct", "sm_clock_mean_mhz", "sm_util_pct",
+            "sm_occupancy_pct", "tensor_util_pct", "dram_bw_util_pct", "pcie_tx_mib_s", "pcie_rx_mib_s",
+            "temperature_max_c", "samples", "coverage_s")
+    out: dict[str, object] = {k: getattr(g, k) for k in keep}
+    out["throttle_s"] = dict(g.throttle_s)
+    out["length_s"] = window.length_s
+    out["notes"] = list(window.notes)
+    return out
+
+
+def _round(value: object) -> object:
+    if isinstance(value, float):
+        return round(value, 3)
+    if isinstance(value, dict):
+        return {k: _round(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_round(v) for v in value]
+    return value
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--phase-s", type=float, default=20.0, help="seconds per phase (default 20)")
+    parser.add_argument("--interval-s", type=float, default=0.1, help="sampler interval (default 0.1 = 10 Hz)")
+    parser.add_argument("--device", type=int, default=0, help="CUDA device to load (default 0)")
+    parser.add_argument("--matmul-n", type=int, default=8192)
+    parser.add_argument("--copy-gib", type=float, default=4.0, help="GiB per copy buffer (default 4)")
+    args = parser.parse_args()
+
+    torch.cuda.set_device(args.device)
+    uuid = _cuda_uuid(args.device)
+    # NVML order may differ from CUDA's: resolve the loaded GPU by UUID when torch tells it.
+    try:
+        source = NvmlSource(pynvml, [uuid] if uuid else [args.device])
+    except TelemetryError as err:
+        print(f"torch's UUID {uuid} did not resolve ({err}); using NVML index {args.device}", flush=True)
+        source = NvmlSource(pynvml, [args.device])
+    monitor = Monitor(source, interval_s=args.interval_s)
+    ident = monitor.gpus()[0]
+    print(f"GPU: {ident.name} {ident.uuid} pci={ident.pci_bus_id} cc={ident.compute_capability} "
+          f"limit={ident.power_limit_w} W driver={ident.driver_version} cuda={ident.cuda_driver_version} "
+          f"gpm={ident.gpm_supported}", flush=True)
+
+    call_cpu_us = _profile_calls(ident.uuid)
+    print(f"CPU us per NVML call: {json.dumps(_round(call_cpu_us))}", flush=True)
+    poll_cpu_ms = {}
+    for full in (False, True):
+        c0 = time.thread_time()
+        for _ in range(20):
+            monitor.sample_now(full=full)
+        poll_cpu_ms["full" if full else "fast"] = (time.thread_time() - c0) / 20 * 1000
+
+    monitor.start()
+    phases: dict[str, dict[str, object]] = {}
+    steady: dict[str, dict[str, object]] = {}
+    work: dict[str, dict[str, float]] = {}
+    for name, run in (("idle", lambda s: time.sleep(s) or {}),
+                      ("matmul_bf16", lambda s: _matmul(s, args.matmul_n)),
+                      ("d2d_copy", lambda s: _copy(s, args.copy_gib))):
+        monitor.begin_window(name)
+        t0 = time.monotonic()
+        work[name] = run(args.phase_s)
+        t1 = time.monotonic()
+        phases[name] = _figures(monitor.end_window(name))
+        # Post hoc: the middle of the phase, as the load generator's steady-state window would be.
+        steady[name] = _figures(monitor.summarize(t0 + 0.25 * (t1 - t0), t1 - 0.1 * (t1 - t0)))
+        torch.cuda.empty_cache()
+        print(f"{name}: {json.dumps(_round(phases[name]))} work={_round(work[name])}", flush=True)
+    monitor.stop()
+    cpu_pct = monitor.sampler_cpu_pct
+
+    def agree(phase: dict[str, object]) -> float | None:
+        e, i = phase["mean_power_w"], phase["integrated_power_w"]
+        return abs(e - i) / e * 100 if isinstance(e, float) and isinstance(i, float) and e else None
+
+    mm, cp = phases["matmul_bf16"], phases["d2d_copy"]
+    disagreement = {name: agree(p) for name, p in phases.items()}
+    tensor_gap = (mm["tensor_util_pct"] - cp["tensor_util_pct"]
+                  if isinstance(mm["tensor_util_pct"], float) and isinstance(cp["tensor_util_pct"], float)
+                  else None)
+    result = {
+        "gpu": dataclasses.asdict(ident),
+        "phase_s": args.phase_s,
+        "interval_s": args.interval_s,
+        "phases": phases,
+        "steady_windows": steady,
+        "work": work,
+        "energy_vs_integrated_pct": disagreement,
+        "tensor_gap_pct": tensor_gap,
+        "sampler_cpu_pct_of_core": cpu_pct,
+        "poll_cpu_ms": poll_cpu_ms,
+        "nvml_call_cpu_us": call_cpu_us,
+        "checks": {
+            "loaded_power_agrees_within_3pct": all(
+                d is not None and d <= 3.0 for n, d in disagreement.items() if n != "idle"),
+            "tensor_separates_phases": tensor_gap is not None and tensor_gap >= 20.0,
+            "sampler_below_1pct_core": cpu_pct is not None and cpu_pct < 1.0,
+        },
+    }
+    print(json.dumps(_round(result)))
+    return 0 if all(result["checks"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,275 @@
+"""What the telemetry stage records and returns.
+
+Times are ``time.monotonic()`` seconds, power in W, energy in J, memory in MiB, rates in MiB/s,
+utilisations in percent (0-100). ``None`` always means "not measured" (unsupported by the GPU or
+the source, or the read failed), never zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Mapping
+
+PowerMethod = Literal["energy_counter", "energy_counter+integrated", "integrated_instant", "integrated_average"]
+
+
+@dataclass(frozen=True)
+class NotMeasured:
+    """Telemetry is unavailable; ``reason`` says why in one sentence a person can act on."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class GpuLink:
+    """How this GPU reaches another monitored GPU.
+
+    ``common_ancestor`` is NVML's topology level name (e.g. ``"internal"``, ``"single"``,
+    ``"hostbridge"``, ``"system"``); ``p2p_read`` is whether CUDA peer reads work.
+    """
+
+    peer_uuid: str
+    common_ancestor: str | None
+    p2p_read: bool | None
+
+
+@dataclass(frozen=True)
+class GpuIdentity:
+    """One monitored GPU, read once at start; part of a run's hardware fingerprint.
+
+    ``index`` is the NVML index (dcgm-exporter's ``gpu`` label for the dcgm source) at the time the
+    monitor opened; ``uuid`` is what every later lookup uses. Power limits are in W.
+    """
+
+    index: int
+    uuid: str
+    name: str
+    pci_bus_id: str = ""
+    hostname: str = ""
+    compute_capability: tuple[int, int] | None = None
+    power_limit_w: float | None = None
+    default_power_limit_w: float | None = None
+    memory_total_mib: float | None = None
+    driver_version: str = ""
+    cuda_driver_version: str = ""
+    persistence_mode: bool | None = None
+    ecc_enabled: bool | None = None
+    mig_enabled: bool | None = None
+    gpm_supported: bool | None = None
+    links: tuple[GpuLink, ...] = ()
+
+    @property
+    def label(self) -> str:
+        """``"GPU 2 (…1a2b3c4d)"``: index plus UUID suffix, what failure messages show."""
+        host = f"{self.hostname}:" if self.hostname else ""
+        return f"GPU {host}{self.index} (…{self.uuid[-8:]})"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """One sampler tick for one GPU.
+
+    ``energy_j`` is the GPU's cumulative energy counter (J since driver load); ``throttle_ns`` holds
+    NVML's cumulative clock-event counters (ns) by reason; ``throttle_mask`` the instantaneous
+    clock-event reason bits when the counters are unavailable.
+    """
+
+    t_s: float
+    uuid: str
+    power_instant_w: float | None = None
+    power_avg_w: float | None = None
+    energy_j: float | None = None
+    util_gpu_pct: float | None = None
+    sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+    temperature_c: float | None = None
+    memory_used_mib: float | None = None
+    throttle_ns: Mapping[str, float] | None = None
+    throttle_mask: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ActivitySpan:
+    """Averages over ``[t0_s, t1_s]`` for one GPU (one GPM sample pair, or one DCGM profiling period).
+
+    Keys: ``sm_util_pct``, ``sm_occupancy_pct``, ``tensor_util_pct``, ``dram_bw_util_pct``,
+    ``pcie_tx_mib_s``, ``pcie_rx_mib_s``, ``nvlink_tx_mib_s``, ``nvlink_rx_mib_s``.
+    """
+
+    t0_s: float
+    t1_s: float
+    uuid: str
+    values: Mapping[str, float | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Something a window's notes should mention (a failing read, a lost GPU, an unreachable URL)."""
+
+    t_s: float
+    message: str
+
+
+@dataclass(frozen=True)
+class GpuWindow:
+    """One GPU over one window.
+
+    ``mean_power_w`` is energy-counter delta / covered length, unless ``power_method`` says it was
+    integrated from instant (or 1-s average) power. ``integrated_power_w`` is always the integral of
+    the sampled power, kept as a cross-check. Percentiles are of the sampled instant power.
+    ``limit_share`` is mean power / enforced power limit (0-1). GPM/DCGM activity values are
+    time-weighted averages over the window. ``throttle_s`` is seconds spent in each clock-event
+    reason during the window. ``coverage_s`` is how much of the window the samples span.
+    """
+
+    index: int
+    uuid: str
+    name: str
+    hostname: str = ""
+    samples: int = 0
+    coverage_s: float = 0.0
+    mean_power_w: float | None = None
+    energy_j: float | None = None
+    power_method: PowerMethod | None = None
+    integrated_power_w: float | None = None
+    power_p5_w: float | None = None
+    power_p50_w: float | None = None
+    power_p95_w: float | None = None
+    power_limit_w: float | None = None
+    limit_share: float | None = None
+    util_gpu_pct: float | None = None
+    sm_clock_mean_mhz: float | None = None
+    sm_util_pct: float | None = None
+    sm_occupancy_pct: float | None = None
+    tensor_util_pct: float | None = None
+    dram_bw_util_pct: float | None = None
+    pcie_tx_mib_s: float | None = None
+    pcie_rx_mib_s: float | None = None
+    nvlink_tx_mib_s: float | None = None
+    nvlink_rx_mib_s: float | None = None
+    throttle_s: Mapping[str, float] = field(default_factory=dict)
+    temperature_max_c: float | None = None
+    memory_used_max_mib: float | None = None
+
+    @property
+    def label(self) -> str:
+        """``"GPU 2 (…1a2b3c4d)"``."""
+        host = f"{self.hostname}:" if self.hostname else ""
+        return f"GPU {host}{self.index} (…{self.uuid[-8:]})"
+
+
+# Window metric -> the GpuWindow attribute it is computed from; the GPU with the lowest value of
+# that attribute is the "weakest" one a failure message names.
+_METRIC_ATTR: Mapping[str, str] = {
+    "gpu_power_min_w": "mean_power_w",
+    "gpu_power_mean_w": "mean_power_w",
+    "gpu_power_total_w": "mean_power_w",
+    "gpu_imbalance": "mean_power_w",
+    "gpu_limit_share_min": "limit_share",
+    "energy_j": "energy_j",
+    "tensor_util_min_pct": "tensor_util_pct",
+    "sm_util_min_pct": "sm_util_pct",
+    "dram_util_mean_pct": "dram_bw_util_pct",
+    "util_gpu_mean_pct": "util_gpu_pct",
+}
+
+
+def _values(gpus: tuple[GpuWindow, ...], attr: str) -> list[float]:
+    return [v for g in gpus if (v := getattr(g, attr)) is not None]
+
+
+@dataclass(frozen=True)
+class TelemetryWindow:
+    """All monitored GPUs over ``[start_s, end_s]`` (monotonic seconds)."""
+
+    start_s: float
+    end_s: float
+    source: str
+    gpus: tuple[GpuWindow, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def length_s(self) -> float:
+        return self.end_s - self.start_s
+
+    @property
+    def total_power_w(self) -> float | None:
+        """Sum of the GPUs' mean power (W); ``None`` when no GPU has a measurement."""
+        powers = _values(self.gpus, "mean_power_w")
+        return sum(powers) if powers else None
+
+    @property
+    def imbalance(self) -> float | None:
+        """(max - min) / mean of per-GPU mean power; 0 for one GPU or equal GPUs."""
+        powers = _values(self.gpus, "mean_power_w")
+        if not powers:
+            return None
+        mean = sum(powers) / len(powers)
+        return (max(powers) - min(powers)) / mean if mean > 0 else 0.0
+
+    def metrics(self) -> dict[str, float]:
+        """Flat values for the verdict engine; a key is absent where nothing was measured."""
+        out: dict[str, float] = {}
+        powers = _values(self.gpus, "mean_power_w")
+        if powers:
+            out["gpu_power_min_w"] = min(powers)
+            out["gpu_power_mean_w"] = sum(powers) / len(powers)
+            out["gpu_power_total_w"] = sum(powers)
+            out["gpu_imbalance"] = self.imbalance or 0.0
+        reducers = {
+            "gpu_limit_share_min": ("limit_share", min),
+            "energy_j": ("energy_j", sum),
+            "tensor_util_min_pct": ("tensor_util_pct", min),
+            "sm_util_min_pct": ("sm_util_pct", min),
+            "dram_util_mean_pct": ("dram_bw_util_pct", _mean),
+            "util_gpu_mean_pct": ("util_gpu_pct", _mean),
+        }
+        for key, (attr, reduce) in reducers.items():
+            values = _values(self.gpus, attr)
+            if values:
+                out[key] = reduce(values)
+        return out
+
+    def weakest_gpu(self, metric: str) -> GpuWindow:
+        """The GPU with the lowest value behind ``metric`` (a key of :meth:`metrics`).
+
+        Raises ``KeyError`` for an unknown metric and ``ValueError`` when no GPU measured it.
+        """
+        attr = _METRIC_ATTR[metric]
+        measured = [g for g in self.gpus if getattr(g, attr) is not None]
+        if not measured:
+            raise ValueError(f"no GPU measured {metric} in this window")
+        return min(measured, key=lambda g: getattr(g, attr))
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+@dataclass(frozen=True)
+class PowerFinding:
+    """One power gate applied to one GPU (or the whole window for imbalance)."""
+
+    check: str
+    gpu: str
+    window: str
+    measured: float | None
+    allowed: float
+    unit: str
+    passed: bool
+
+    @property
+    def message(self) -> str:
+        verdict = "ok" if self.passed else "FAIL"
+        measured = "not measured" if self.measured is None else f"{self.measured:.3g}{self.unit}"
+        bound = "<=" if self.check == "max_imbalance" else ">="
+        return f"{verdict}: {self.gpu} {self.check} over {self.window}: {measured} (allowed {bound} {self.allowed:.3g}{self.unit})"
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What one poll of a source produced."""
+
+    samples: tuple[GpuSample, ...] = ()
+    spans: tuple[ActivitySpan, ...] = ()
+    events: tuple[Event, ...] = ()

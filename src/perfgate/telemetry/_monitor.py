@@ -1,0 +1,257 @@
+"""The monitor: a sampler thread over one source, and windows over what it recorded."""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import time
+from typing import Any, Callable, Protocol, Sequence
+
+from perfgate.errors import TelemetryError
+from perfgate.profile import TelemetrySpec
+from perfgate.telemetry._dcgm import DcgmSource
+from perfgate.telemetry._model import (
+    ActivitySpan,
+    Batch,
+    Event,
+    GpuIdentity,
+    GpuSample,
+    NotMeasured,
+    TelemetryWindow,
+)
+from perfgate.telemetry._nvml import NvmlSource, NvmlUnavailable
+from perfgate.telemetry._window import summarize_gpu
+
+
+class Source(Protocol):
+    name: str
+
+    def identities(self) -> list[GpuIdentity]: ...
+
+    def poll(self, clock: Callable[[], float], *, full: bool) -> Batch: ...
+
+    def close(self) -> None: ...
+
+
+class Monitor:
+    """Samples ``source`` every ``interval_s`` on a background thread and keeps every sample.
+
+    Every ``full_period_s`` (and at window boundaries) a tick is "full": it also reads the slow
+    values (utilization, clocks, temperature, clock-event counters) and closes an activity (GPM)
+    span, so post-hoc windows' activity is bracketed to within that period. ``clock`` is ``time.monotonic`` except
+    in tests. Use :meth:`sample_now` to drive it without the thread.
+    """
+
+    def __init__(self, source: Source, *, interval_s: float = 0.1, full_period_s: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if interval_s <= 0:
+            raise TelemetryError(f"[telemetry].interval_s must be > 0, got {interval_s}")
+        self._source = source
+        self._interval_s = interval_s
+        self._full_period_s = full_period_s
+        self._clock = clock
+        self._idents = source.identities()
+        self._samples: dict[str, list[GpuSample]] = {i.uuid: [] for i in self._idents}
+        self._spans: dict[str, list[ActivitySpan]] = {i.uuid: [] for i in self._idents}
+        self._events: list[Event] = []
+        self._windows: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_full_s = -float("inf")
+        self._cpu_s = 0.0
+        self._wall_s = 0.0
+        self._closed = False
+
+    @property
+    def source(self) -> str:
+        return self._source.name
+
+    def gpus(self) -> list[GpuIdentity]:
+        """Identity, limits and topology of every monitored GPU, read once at open."""
+        return list(self._idents)
+
+    # -- sampling ------------------------------------------------------------------------
+
+    def sample_now(self, *, full: bool | None = None) -> None:
+        """Take one sample of every GPU now; a full one when due (or when asked)."""
+        with self._lock:
+            if self._closed:
+                return
+            now = self._clock()
+            due = full if full is not None else now - self._last_full_s >= self._full_period_s
+            batch = self._source.poll(self._clock, full=due)
+            if due:
+                self._last_full_s = now
+            for s in batch.samples:
+                self._samples[s.uuid].append(s)
+            for span in batch.spans:
+                self._spans[span.uuid].append(span)
+            self._events.extend(batch.events)
+
+    def start(self) -> None:
+        """Take a first sample and start the sampler thread."""
+        if self._thread is not None or self._closed:
+            raise RuntimeError("a Monitor can be started once")
+        self.sample_now(full=True)
+        self._thread = threading.Thread(target=self._run, name="perfgate-telemetry", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        cpu0, wall0 = time.thread_time(), time.monotonic()
+        next_s = wall0
+        while True:
+            next_s += self._interval_s
+            delay = next_s - time.monotonic()
+            if delay < 0:
+                # Fell behind (a slow NVML call): skip missed ticks rather than burst.
+                next_s -= delay
+                delay = 0
+            if self._stop.wait(delay):
+                break
+            try:
+                self.sample_now()
+            except Exception as err:  # noqa: BLE001 - the sampler must outlive any source bug
+                with self._lock:
+                    self._events.append(Event(self._clock(), f"sampler error: {type(err).__name__}: {err}"))
+            self._cpu_s = time.thread_time() - cpu0
+            self._wall_s = time.monotonic() - wall0
+
+    def stop(self) -> None:
+        """Take a last sample, stop the thread and release the source; data stays available."""
+        if self._closed:
+            return
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.sample_now(full=True)
+        with self._lock:
+            self._closed = True
+            self._source.close()
+
+    def __enter__(self) -> Monitor:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def sampler_cpu_pct(self) -> float | None:
+        """CPU time of the sampler thread as % of one core over its lifetime so far."""
+        return 100 * self._cpu_s / self._wall_s if self._wall_s > 0 else None
+
+    # -- windows -------------------------------------------------------------------------
+
+    def begin_window(self, name: str) -> float:
+        """Open a named live window now (samples and closes an activity span); returns its start."""
+        if name in self._windows:
+            raise ValueError(f"telemetry window {name!r} is already open")
+        self.sample_now(full=True)
+        start_s = self._clock()
+        self._windows[name] = start_s
+        return start_s
+
+    def end_window(self, name: str) -> TelemetryWindow:
+        """Close a named live window and summarise it."""
+        try:
+            start_s = self._windows.pop(name)
+        except KeyError:
+            raise ValueError(f"telemetry window {name!r} was never begun") from None
+        end_s = self._clock()
+        self.sample_now(full=True)
+        return self.summarize(start_s, end_s)
+
+    def summarize(self, start_s: float, end_s: float) -> TelemetryWindow:
+        """Any ``[start_s, end_s]`` (monotonic seconds) summarised from the recorded samples."""
+        if end_s <= start_s:
+            raise ValueError(f"telemetry window end {end_s} is not after its start {start_s}")
+        with self._lock:
+            samples = {u: list(v) for u, v in self._samples.items()}
+            spans = {u: list(v) for u, v in self._spans.items()}
+            events = list(self._events)
+        notes = [e.message for e in events if start_s <= e.t_s <= end_s]
+        gpus = []
+        for ident in self._idents:
+            window, gpu_notes = summarize_gpu(ident, _near(samples[ident.uuid], start_s, end_s),
+                                              spans[ident.uuid], start_s, end_s)
+            gpus.append(window)
+            notes += gpu_notes
+        return TelemetryWindow(start_s=start_s, end_s=end_s, source=self.source,
+                               gpus=tuple(gpus), notes=tuple(notes))
+
+    def timeline(self, start_s: float, end_s: float) -> dict[str, Any]:
+        """Per-GPU sample series in ``[start_s, end_s]`` as JSON-able lists (for plots)."""
+        with self._lock:
+            samples = {u: [s for s in v if start_s <= s.t_s <= end_s] for u, v in self._samples.items()}
+            spans = {u: [s for s in v if s.t1_s >= start_s and s.t0_s <= end_s] for u, v in self._spans.items()}
+        gpus = []
+        for ident in self._idents:
+            rows = samples[ident.uuid]
+            gpus.append({
+                "index": ident.index,
+                "uuid": ident.uuid,
+                "name": ident.name,
+                "hostname": ident.hostname,
+                "t_s": [s.t_s for s in rows],
+                "power_w": [s.power_instant_w if s.power_instant_w is not None else s.power_avg_w
+                            for s in rows],
+                "energy_j": [s.energy_j for s in rows],
+                "util_gpu_pct": [s.util_gpu_pct for s in rows],
+                "sm_clock_mhz": [s.sm_clock_mhz for s in rows],
+                "temperature_c": [s.temperature_c for s in rows],
+                "activity": [{"t0_s": sp.t0_s, "t1_s": sp.t1_s, **sp.values} for sp in spans[ident.uuid]],
+            })
+        return {"source": self.source, "start_s": start_s, "end_s": end_s, "gpus": gpus}
+
+
+def _near(samples: list[GpuSample], start_s: float, end_s: float) -> list[GpuSample]:
+    """The samples in the window plus, each side, the neighbours its edges interpolate from:
+    back and forward to the nearest full sample (energy and clock-event counters are sparse)."""
+    times = [s.t_s for s in samples]
+    lo = max(bisect.bisect_left(times, start_s) - 1, 0)
+    while lo > 0 and samples[lo].energy_j is None:
+        lo -= 1
+    hi = min(bisect.bisect_right(times, end_s), len(samples) - 1)
+    while hi < len(samples) - 1 and samples[hi].energy_j is None:
+        hi += 1
+    return samples[lo: hi + 1]
+
+
+def open_monitor(spec: TelemetrySpec, *, gpus: Sequence[int | str], base_url: str = "",
+                 nvml: Any = None, clock: Callable[[], float] = time.monotonic) -> Monitor | NotMeasured:
+    """A started-ready :class:`Monitor` for ``spec``, or :class:`NotMeasured` saying why not.
+
+    ``source = "auto"`` tries NVML (works and resolves ``gpus``), then the dcgm endpoints if any.
+    Raises :class:`~perfgate.errors.TelemetryError` for a misconfiguration: a GPU NVML cannot
+    find under ``source = "nvml"``, an unreachable dcgm endpoint. ``nvml`` replaces the
+    ``pynvml`` module (tests); ``"{base_url}"`` in endpoints expands to ``base_url``.
+    """
+    if spec.source == "none":
+        return NotMeasured('telemetry is off ([telemetry].source = "none")')
+    reasons = []
+    if spec.source in ("auto", "nvml"):
+        try:
+            source: Source = NvmlSource(nvml if nvml is not None else _import_pynvml(), gpus)
+            return Monitor(source, interval_s=spec.interval_s, clock=clock)
+        except NvmlUnavailable as err:
+            if spec.source == "nvml":
+                return NotMeasured(str(err))
+            reasons.append(str(err))
+        except TelemetryError as err:
+            if spec.source == "nvml":
+                raise
+            reasons.append(str(err))
+    endpoints = [e.replace("{base_url}", base_url.rstrip("/")) for e in spec.dcgm_endpoints]
+    if spec.source == "dcgm" or endpoints:
+        source = DcgmSource(endpoints, gpus)
+        return Monitor(source, interval_s=spec.interval_s, clock=clock)
+    return NotMeasured("; ".join(reasons) + "; and no [telemetry].dcgm_endpoints are configured")
+
+
+def _import_pynvml() -> Any:
+    try:
+        import pynvml
+    except ImportError as err:
+        raise NvmlUnavailable(f"the NVML binding is not installed ({err}); pip install nvidia-ml-py") from err
+    return pynvml
