@@ -8,7 +8,6 @@ time and read at the window edges, which makes energy additive over adjacent win
 from __future__ import annotations
 
 import bisect
-import statistics
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
@@ -170,13 +169,20 @@ def span_average(spans: Iterable[ActivitySpan], key: str, start_s: float, end_s:
 
 
 def percentiles(values: Sequence[float]) -> tuple[float, float, float] | None:
-    """(p5, p50, p95) by linear interpolation between order statistics; within [min, max]."""
+    """(p5, p50, p95), linear between order statistics and clamped to them, so float rounding
+    can never put a percentile outside [min, max] or out of order."""
     if not values:
         return None
-    if len(values) == 1:
-        return values[0], values[0], values[0]
-    cuts = statistics.quantiles(values, n=20, method="inclusive")
-    return cuts[0], cuts[9], cuts[18]
+    ordered = sorted(values)
+
+    def at(q: float) -> float:
+        pos = q * (len(ordered) - 1)
+        lo = int(pos)
+        hi = min(lo + 1, len(ordered) - 1)
+        a, b = ordered[lo], ordered[hi]
+        return min(max(a + (b - a) * (pos - lo), a), b)
+
+    return at(0.05), at(0.50), at(0.95)
 
 
 def _mean(values: list[float]) -> float | None:
