@@ -7,6 +7,7 @@ import math
 import socket
 import threading
 from collections.abc import Iterator
+from typing import ClassVar
 
 import pytest
 
@@ -74,9 +75,9 @@ def test_malformed_text_is_a_value_error(text):
 
 
 class _Exporter(http.server.BaseHTTPRequestHandler):
-    bodies: list[str] = []
+    bodies: ClassVar[list[str]] = []
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         body = (self.bodies.pop(0) if len(self.bodies) > 1 else self.bodies[0]).encode()
         self.send_response(200)
         self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -90,7 +91,7 @@ class _Exporter(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def exporter() -> Iterator[tuple[str, list[str]]]:
-    bodies: list[str] = []
+    bodies: ClassVar[list[str]] = []
     handler = type("Handler", (_Exporter,), {"bodies": bodies})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)

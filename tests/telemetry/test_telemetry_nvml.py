@@ -22,7 +22,7 @@ def run(monitor: Monitor, clock, seconds: float, dt: float = 0.1, each=None) -> 
 
 
 def test_gpus_resolve_by_index_uuid_and_pci_once_with_identity_and_topology():
-    clock, nv = make(3)
+    _, nv = make(3)
     source = NvmlSource(nv, [2, uuids(3)[0], "00000000:19:00.0", 0])
     idents = source.identities()
     assert [i.index for i in idents] == [2, 0, 1]
@@ -38,7 +38,7 @@ def test_gpus_resolve_by_index_uuid_and_pci_once_with_identity_and_topology():
 
 
 def test_unknown_gpu_is_a_telemetry_error_listing_visible_gpus():
-    clock, nv = make(2)
+    _, nv = make(2)
     with pytest.raises(TelemetryError, match=r"GPU 'GPU-nope'.*visible GPUs: 0=GPU-0.*1=GPU-"):
         NvmlSource(nv, ["GPU-nope"])
     assert nv.initialised == 0
@@ -101,7 +101,7 @@ def test_failing_field_counter_reset_and_lost_gpu_are_notes_not_crashes():
 
 
 def test_sampler_thread_samples_until_stopped():
-    clock, nv = make(1)
+    _, nv = make(1)
     monitor = Monitor(NvmlSource(nv, [0]), interval_s=0.01)
     polled = threading.Event()
     original = nv.nvmlDeviceGetFieldValues

@@ -146,5 +146,5 @@ def test_check_power_names_gpu_window_and_fails_unmeasured():
     assert by[("floor_limit_share", "GPU 0 (…00000000)")].passed
     assert not by[("tensor_floor_pct", "GPU 1 (…00000001)")].passed
     assert "not measured" in by[("tensor_floor_pct", "GPU 1 (…00000001)")].message
-    imbalance = [f for f in findings if f.check == "max_imbalance"][0]
+    imbalance = next(f for f in findings if f.check == "max_imbalance")
     assert not imbalance.passed and imbalance.measured == 250 / 375 and "GPU 0" in imbalance.gpu

@@ -5,7 +5,8 @@ from __future__ import annotations
 import bisect
 import threading
 import time
-from typing import Any, Callable, Protocol, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, Self
 
 from perfgate.errors import TelemetryError
 from perfgate.profile import TelemetrySpec
@@ -129,7 +130,7 @@ class Monitor:
             self._closed = True
             self._source.close()
 
-    def __enter__(self) -> Monitor:
+    def __enter__(self) -> Self:
         self.start()
         return self
 

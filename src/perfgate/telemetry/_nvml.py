@@ -7,8 +7,9 @@ GPU, drops calls the GPU answered with "not supported", and never raises for a s
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from perfgate.errors import TelemetryError
 from perfgate.telemetry._model import ActivitySpan, Batch, Event, GpuIdentity, GpuLink, GpuSample

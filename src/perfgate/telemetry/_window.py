@@ -8,8 +8,9 @@ time and read at the window edges, which makes energy additive over adjacent win
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from itertools import pairwise
 
 from perfgate.telemetry._model import (
     ActivitySpan,
@@ -69,7 +70,7 @@ def _accumulate(
     if len(points) < 2:
         return None
     ts, vals, acc = [points[0][0]], [0.0], 0.0
-    for (t0, v0), (t1, v1) in zip(points, points[1:]):
+    for (t0, v0), (t1, v1) in pairwise(points):
         if t1 <= t0:
             continue
         acc += step(t0, v0, t1, v1)
@@ -134,7 +135,7 @@ def _throttle_s(samples: Sequence[GpuSample], start_s: float, end_s: float) -> d
                 out[reason] = total.delta(start_s, end_s) / 1e9
         return out
     masked = [s for s in samples if s.throttle_mask is not None]
-    for prev, cur in zip(masked, masked[1:]):
+    for prev, cur in pairwise(masked):
         overlap = min(cur.t_s, end_s) - max(prev.t_s, start_s)
         if overlap <= 0 or not cur.throttle_mask:
             continue
