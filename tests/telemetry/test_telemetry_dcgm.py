@@ -146,3 +146,8 @@ def test_requested_gpu_missing_from_exporter(exporter):
     bodies.append(body(100, 1, 0))
     with pytest.raises(TelemetryError, match="GPU 5 .*not reported by dcgm-exporter"):
         DcgmSource([url], [5])
+
+
+def test_dcgm_source_without_endpoints_says_which_key():
+    with pytest.raises(TelemetryError, match=r"\[telemetry\].dcgm_endpoints"):
+        open_monitor(TelemetrySpec(source="dcgm"), gpus=[], base_url="")

@@ -7,6 +7,8 @@ import threading
 
 import pytest
 from fake_nvml import FakeNvml, make, uuids
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from perfgate.errors import TelemetryError
 from perfgate.profile import TelemetrySpec
@@ -147,3 +149,37 @@ def test_auto_without_gpu_on_this_machine_is_not_measured():
     result = open_monitor(TelemetrySpec(source="auto"), gpus=[], base_url="")
     assert isinstance(result, NotMeasured)
     assert "NVML is unavailable" in result.reason and "dcgm_endpoints" in result.reason
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.floats(60, 750), min_size=12, max_size=40))
+def test_counter_read_at_1hz_gives_exact_energy_between_full_polls(powers):
+    clock, nv = make(1)
+    monitor = Monitor(NvmlSource(nv, ["0"]), clock=clock)
+    monitor.sample_now(full=True)
+    start = clock.now
+    run(monitor, clock, len(powers) * 0.1, each=lambda i: nv.set_power(0, powers[i]))
+    monitor.sample_now(full=True)
+    # The fake's power changes right after each tick's clock step: 300 W for the first tick,
+    # then powers[i] until the next one; the last value holds for no time.
+    truth = 300.0 * 0.1 + sum(p * 0.1 for p in powers[:-1])
+    (gpu,) = monitor.summarize(start, clock.now).gpus
+    # The counter is whole mJ.
+    assert math.isclose(gpu.energy_j, truth, abs_tol=0.01)
+    assert min(powers + [300.0]) - 1e-6 <= gpu.power_p5_w <= gpu.power_p95_w <= max(powers + [300.0]) + 1e-6
+    monitor.stop()
+
+
+def test_window_misuse_is_a_clear_error():
+    clock, nv = make(1)
+    with Monitor(NvmlSource(nv, [0]), clock=clock, interval_s=0.05) as monitor:
+        monitor.begin_window("a")
+        with pytest.raises(ValueError, match="'a' is already open"):
+            monitor.begin_window("a")
+        with pytest.raises(ValueError, match="'b' was never begun"):
+            monitor.end_window("b")
+        with pytest.raises(ValueError, match="not after its start"):
+            monitor.summarize(5.0, 5.0)
+    with pytest.raises(TelemetryError, match="interval_s must be > 0"):
+        Monitor(NvmlSource(nv, [0]), interval_s=0)
+    assert nv.initialised == 0

@@ -46,6 +46,7 @@ class Monitor:
     def __init__(self, source: Source, *, interval_s: float = 0.1, full_period_s: float = 1.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         if interval_s <= 0:
+            source.close()
             raise TelemetryError(f"[telemetry].interval_s must be > 0, got {interval_s}")
         self._source = source
         self._interval_s = interval_s

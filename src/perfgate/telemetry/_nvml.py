@@ -113,8 +113,8 @@ class NvmlSource:
         uuids: set[str] = set()
         for spec in wanted:
             try:
-                if isinstance(spec, int):
-                    handle = nvml.nvmlDeviceGetHandleByIndex(spec)
+                if isinstance(spec, int) or spec.isdigit():
+                    handle = nvml.nvmlDeviceGetHandleByIndex(int(spec))
                 elif spec.startswith(("GPU-", "MIG-")):
                     handle = nvml.nvmlDeviceGetHandleByUUID(spec)
                 else:
