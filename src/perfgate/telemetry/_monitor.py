@@ -37,10 +37,11 @@ class Source(Protocol):
 class Monitor:
     """Samples ``source`` every ``interval_s`` on a background thread and keeps every sample.
 
-    Every ``full_period_s`` (and at window boundaries) a tick is "full": it also reads the slow
-    values (utilization, clocks, temperature, clock-event counters) and closes an activity (GPM)
-    span, so post-hoc windows' activity is bracketed to within that period. ``clock`` is ``time.monotonic`` except
-    in tests. Use :meth:`sample_now` to drive it without the thread.
+    Every ``full_period_s`` (and at window boundaries) a tick is "full": it also reads the energy
+    counter and the slow values (utilization, clocks, temperature, clock-event counters) and
+    closes an activity (GPM) span, so post-hoc windows' activity is bracketed to within that
+    period. ``clock`` is ``time.monotonic`` except in tests. :meth:`sample_now` drives it
+    without the thread. :attr:`sampler_cpu_pct` reports the thread's own CPU cost.
     """
 
     def __init__(self, source: Source, *, interval_s: float = 0.1, full_period_s: float = 1.0,
