@@ -123,6 +123,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--phase-s", type=float, default=20.0, help="seconds per phase (default 20)")
     parser.add_argument("--interval-s", type=float, default=0.1, help="sampler interval (default 0.1 = 10 Hz)")
+    parser.add_argument("--full-period-s", type=float, default=1.0,
+                        help="period of full polls: energy counter, clocks, GPM (default 1)")
     parser.add_argument("--device", type=int, default=0, help="CUDA device to load (default 0)")
     parser.add_argument("--matmul-n", type=int, default=8192)
     parser.add_argument("--copy-gib", type=float, default=4.0, help="GiB per copy buffer (default 4)")
@@ -136,7 +138,7 @@ def main() -> int:
     except TelemetryError as err:
         print(f"torch's UUID {uuid} did not resolve ({err}); using NVML index {args.device}", flush=True)
         source = NvmlSource(pynvml, [args.device])
-    monitor = Monitor(source, interval_s=args.interval_s)
+    monitor = Monitor(source, interval_s=args.interval_s, full_period_s=args.full_period_s)
     ident = monitor.gpus()[0]
     print(f"GPU: {ident.name} {ident.uuid} pci={ident.pci_bus_id} cc={ident.compute_capability} "
           f"limit={ident.power_limit_w} W driver={ident.driver_version} cuda={ident.cuda_driver_version} "
@@ -183,6 +185,7 @@ def main() -> int:
         "gpu": dataclasses.asdict(ident),
         "phase_s": args.phase_s,
         "interval_s": args.interval_s,
+        "full_period_s": args.full_period_s,
         "phases": phases,
         "steady_windows": steady,
         "work": work,

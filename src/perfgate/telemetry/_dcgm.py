@@ -7,8 +7,8 @@ labels. GPUs are keyed by (hostname, UUID).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families

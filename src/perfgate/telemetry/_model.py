@@ -7,8 +7,9 @@ the source, or the read failed), never zero.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Mapping
+from typing import Literal
 
 PowerMethod = Literal["energy_counter", "energy_counter+integrated", "integrated_instant", "integrated_average"]
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import bisect
 import threading
 import time
-from typing import Any, Callable, Protocol, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, Self
 
 from perfgate.errors import TelemetryError
 from perfgate.profile import TelemetrySpec
@@ -36,15 +37,17 @@ class Source(Protocol):
 class Monitor:
     """Samples ``source`` every ``interval_s`` on a background thread and keeps every sample.
 
-    Every ``full_period_s`` (and at window boundaries) a tick is "full": it also reads the slow
-    values (utilization, clocks, temperature, clock-event counters) and closes an activity (GPM)
-    span, so post-hoc windows' activity is bracketed to within that period. ``clock`` is ``time.monotonic`` except
-    in tests. Use :meth:`sample_now` to drive it without the thread.
+    Every ``full_period_s`` (and at window boundaries) a tick is "full": it also reads the energy
+    counter and the slow values (utilization, clocks, temperature, clock-event counters) and
+    closes an activity (GPM) span, so post-hoc windows' activity is bracketed to within that
+    period. ``clock`` is ``time.monotonic`` except in tests. :meth:`sample_now` drives it
+    without the thread. :attr:`sampler_cpu_pct` reports the thread's own CPU cost.
     """
 
     def __init__(self, source: Source, *, interval_s: float = 0.1, full_period_s: float = 1.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         if interval_s <= 0:
+            source.close()
             raise TelemetryError(f"[telemetry].interval_s must be > 0, got {interval_s}")
         self._source = source
         self._interval_s = interval_s
@@ -129,7 +132,7 @@ class Monitor:
             self._closed = True
             self._source.close()
 
-    def __enter__(self) -> Monitor:
+    def __enter__(self) -> Self:
         self.start()
         return self
 

@@ -7,8 +7,9 @@ GPU, drops calls the GPU answered with "not supported", and never raises for a s
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from perfgate.errors import TelemetryError
 from perfgate.telemetry._model import ActivitySpan, Batch, Event, GpuIdentity, GpuLink, GpuSample
@@ -112,8 +113,8 @@ class NvmlSource:
         uuids: set[str] = set()
         for spec in wanted:
             try:
-                if isinstance(spec, int):
-                    handle = nvml.nvmlDeviceGetHandleByIndex(spec)
+                if isinstance(spec, int) or spec.isdigit():
+                    handle = nvml.nvmlDeviceGetHandleByIndex(int(spec))
                 elif spec.startswith(("GPU-", "MIG-")):
                     handle = nvml.nvmlDeviceGetHandleByUUID(spec)
                 else:

@@ -8,9 +8,9 @@ time and read at the window edges, which makes energy additive over adjacent win
 from __future__ import annotations
 
 import bisect
-import statistics
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from itertools import pairwise
 
 from perfgate.telemetry._model import (
     ActivitySpan,
@@ -70,7 +70,7 @@ def _accumulate(
     if len(points) < 2:
         return None
     ts, vals, acc = [points[0][0]], [0.0], 0.0
-    for (t0, v0), (t1, v1) in zip(points, points[1:]):
+    for (t0, v0), (t1, v1) in pairwise(points):
         if t1 <= t0:
             continue
         acc += step(t0, v0, t1, v1)
@@ -135,7 +135,7 @@ def _throttle_s(samples: Sequence[GpuSample], start_s: float, end_s: float) -> d
                 out[reason] = total.delta(start_s, end_s) / 1e9
         return out
     masked = [s for s in samples if s.throttle_mask is not None]
-    for prev, cur in zip(masked, masked[1:]):
+    for prev, cur in pairwise(masked):
         overlap = min(cur.t_s, end_s) - max(prev.t_s, start_s)
         if overlap <= 0 or not cur.throttle_mask:
             continue
@@ -170,13 +170,20 @@ def span_average(spans: Iterable[ActivitySpan], key: str, start_s: float, end_s:
 
 
 def percentiles(values: Sequence[float]) -> tuple[float, float, float] | None:
-    """(p5, p50, p95) by linear interpolation between order statistics; within [min, max]."""
+    """(p5, p50, p95), linear between order statistics and clamped to them, so float rounding
+    can never put a percentile outside [min, max] or out of order."""
     if not values:
         return None
-    if len(values) == 1:
-        return values[0], values[0], values[0]
-    cuts = statistics.quantiles(values, n=20, method="inclusive")
-    return cuts[0], cuts[9], cuts[18]
+    ordered = sorted(values)
+
+    def at(q: float) -> float:
+        pos = q * (len(ordered) - 1)
+        lo = int(pos)
+        hi = min(lo + 1, len(ordered) - 1)
+        a, b = ordered[lo], ordered[hi]
+        return min(max(a + (b - a) * (pos - lo), a), b)
+
+    return at(0.05), at(0.50), at(0.95)
 
 
 def _mean(values: list[float]) -> float | None:
