@@ -8,7 +8,7 @@ from typing import Literal
 import pytest
 
 from perfgate.session import WorkloadResult
-from perfgate.verdict import direction_of
+from perfgate.verdict import RECORD_HINT, direction_of, fmt_value, unit_of
 
 Category = Literal["throughput", "latency", "power"]
 
@@ -42,4 +42,11 @@ class Gate:
         if failures:
             pytest.fail("\n".join(failures), pytrace=False)
         if all(v.status in ("no-baseline", "not-measured") for v in verdicts):
-            pytest.skip("; ".join(dict.fromkeys(v.message for v in verdicts if v.status == "no-baseline")) or verdicts[0].message)
+            measured = ", ".join(
+                f"{v.metric} {fmt_value(v.measured, unit_of(v.metric))}" for v in verdicts if v.measured is not None
+            )
+            note = f" ({self.result.baseline_note})" if self.result.baseline_note else ""
+            pytest.skip(
+                f"{self.result.workload}: no baseline for this fingerprint{note}; measured {measured}; "
+                f"not gated: {RECORD_HINT}"
+            )

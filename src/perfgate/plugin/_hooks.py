@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from perfgate.errors import PerfgateError
 from perfgate.plugin._state import STATE_KEY, PluginState
 from perfgate.report import render_text, rows, write_results
 
@@ -16,7 +17,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "perf_workload" in metafunc.fixturenames:
-        profile = metafunc.config.stash[STATE_KEY].profile()
+        state = metafunc.config.stash[STATE_KEY]
+        profile = state.profile()
+        # Metric names are checked here too, so a misspelt one stops the run before anything boots.
+        try:
+            state.gate_session()
+        except PerfgateError as e:
+            raise pytest.Collector.CollectError(f"perfgate: {e}") from None
         metafunc.parametrize("perf_workload", profile.workloads, ids=[w.name for w in profile.workloads])
 
 
@@ -30,7 +37,12 @@ def _header(state: PluginState) -> list[str]:
         lines.append(f"target: {server.kind} {server.model} at {server.base_url} ({version}), ready in {server.boot_s:.1f} s")
     gpus = session.gpus()
     if gpus:
-        lines.append("GPUs: " + ", ".join(f"{g.label} {g.name} {g.power_limit_w or 0:.0f} W" for g in gpus))
+        names = sorted({g.name for g in gpus})
+        limits = sorted({f"{g.power_limit_w:.0f} W" for g in gpus if g.power_limit_w})
+        lines.append(
+            f"GPUs: {len(gpus)} x {', '.join(names)}, enforced power limit {', '.join(limits) or 'not reported'} "
+            f"({session.gpu_source()})"
+        )
     else:
         lines.append(f"GPU power: not measured ({session.telemetry_note})")
     return lines

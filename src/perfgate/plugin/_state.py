@@ -32,7 +32,8 @@ class PluginState:
             try:
                 self._profile = load_profile(path)
             except PerfgateError as e:
-                raise pytest.UsageError(str(e)) from None
+                # Raised during collection: pytest shows a CollectError's message alone, no traceback.
+                raise pytest.Collector.CollectError(f"perfgate: {e}") from None
         return self._profile
 
     def results_dir(self) -> Path | None:
@@ -53,10 +54,7 @@ class PluginState:
                 repeats=cfg.getoption("perf_repeats"),
                 lock_wait_s=cfg.getoption("perf_lock_wait"),
             )
-            try:
-                self.session = GateSession(self.profile(), options)
-            except PerfgateError as e:
-                raise pytest.UsageError(str(e)) from None
+            self.session = GateSession(self.profile(), options)
         return self.session
 
     def close(self) -> None:

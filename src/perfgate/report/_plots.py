@@ -22,7 +22,7 @@ def write_plots(doc: dict[str, Any], out_dir: Path) -> list[Path]:
         tl = rep["timeline"]
         t = [i * tl["bin_s"] for i in range(len(tl["in_flight"]))]
         tel = rep["telemetry"]
-        series = tel.get("timeline") if isinstance(tel, dict) else None
+        series = (tel.get("timeline") or {}).get("gpus") if isinstance(tel, dict) else None
         n_axes = 3 if series else 2
         fig, axes = plt.subplots(n_axes, 1, figsize=(9, 2.6 * n_axes), sharex=False)
         ax = axes[0]
@@ -39,7 +39,8 @@ def write_plots(doc: dict[str, Any], out_dir: Path) -> list[Path]:
         if series:
             axp = axes[1]
             for gpu in series:
-                axp.plot([s - tl["start_s"] for s in gpu["t_s"]], gpu["power_w"], lw=0.8, label=gpu["label"])
+                label = f"GPU {gpu['index']} ...{gpu['uuid'][-4:]}"
+                axp.plot([s - tl["start_s"] for s in gpu["t_s"]], gpu["power_w"], lw=0.8, label=label)
             if steady:
                 axp.axvspan(steady["start_s"] - tl["start_s"], steady["end_s"] - tl["start_s"], color="tab:green", alpha=0.12)
             axp.set_ylabel("power (W)")

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.report._table import render_markdown, rows
-from perfgate.session import GateSession, RepeatResult, WorkloadResult
+from perfgate.session import GateSession, RepeatResult, WorkloadResult, window_json
 
 RESULTS_SCHEMA = 1
 
@@ -39,7 +39,11 @@ def _repeat_json(rep: RepeatResult) -> dict[str, Any]:
         "notes": m.notes,
         "steady_window": _plain(m.steady),
         "timeline": _plain(m.timeline),
-        "telemetry": rep.telemetry.to_json() if rep.telemetry is not None else {"not_measured": rep.telemetry_note},
+        "telemetry": (
+            {"window": window_json(rep.telemetry), "aligned_to": rep.telemetry_note, "timeline": rep.telemetry_timeline}
+            if rep.telemetry is not None
+            else {"not_measured": rep.telemetry_note}
+        ),
         "requests": [
             {
                 "start_s": r.start_s,

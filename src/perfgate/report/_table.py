@@ -47,6 +47,22 @@ def rows(results: Iterable[WorkloadResult]) -> list[Row]:
         for v in res.verdict.metrics:
             gated.add(v.metric)
             unit = unit_of(v.metric)
+            if res.recorded:
+                # Recording: the baseline column is the previous baseline, so the row reads old -> new.
+                old = res.previous_values.get(v.metric)
+                change = f"{(v.measured - old) / abs(old) * 100:+.1f}%" if old and v.measured is not None else "-"
+                out.append(
+                    Row(
+                        res.workload,
+                        v.metric,
+                        fmt_value(v.measured, unit) if v.measured is not None else "-",
+                        fmt_value(old, unit) if old is not None else "(none)",
+                        "",
+                        change,
+                        "recorded",
+                    )
+                )
+                continue
             out.append(
                 Row(
                     res.workload,

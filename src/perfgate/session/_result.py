@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from perfgate.load import LoadRun
 from perfgate.metrics import ServingMetrics
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def window_json(window: Any) -> dict[str, Any]:
+    """A telemetry window as JSON-able data (non-finite numbers become null)."""
+    return _finite(asdict(window))
 
 
 @dataclass
@@ -17,6 +33,8 @@ class RepeatResult:
     metrics: ServingMetrics
     telemetry: Any  # TelemetryWindow, or None when not measured
     telemetry_note: str = ""
+    # Per-GPU samples over the whole measured phase, for plots.
+    telemetry_timeline: dict[str, Any] | None = None
 
     def values(self) -> dict[str, float]:
         values = dict(self.metrics.values)

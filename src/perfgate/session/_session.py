@@ -17,7 +17,7 @@ from perfgate.load import ClientLimits, Progress, run_workload
 from perfgate.metrics import compute_metrics
 from perfgate.profile import Profile, Workload
 from perfgate.server import RunningServer, start_server
-from perfgate.session._result import RepeatResult, WorkloadResult
+from perfgate.session._result import RepeatResult, WorkloadResult, window_json
 from perfgate.telemetry import NotMeasured, open_monitor
 from perfgate.verdict import MetricRule, judge, rules_for
 
@@ -85,6 +85,9 @@ class GateSession:
             return ()
         return self.profile.server.gpus
 
+    def gpu_source(self) -> str:
+        return f"telemetry from {self._monitor.source}" if self._monitor is not None else "no telemetry"
+
     def gpus(self) -> list[Any]:
         return self._monitor.gpus() if self._monitor is not None else []
 
@@ -127,8 +130,7 @@ class GateSession:
                 repeat=r,
             )
             metrics = compute_metrics(load, target_concurrency=min(workload.concurrency, workload.num_prompts))
-            window, note = self._telemetry_window(load.start_s, load.end_s, metrics)
-            repeats.append(RepeatResult(load, metrics, window, note))
+            repeats.append(self._with_telemetry(load, metrics))
         invalid = self._invalid_reasons(workload, repeats)
         fingerprint = self._fingerprint(server, workload)
         baseline = self.store.load(self.profile.name, workload.name, fingerprint)
@@ -158,14 +160,31 @@ class GateSession:
         )
         if self.options.update_baselines:
             self._record(workload, result)
+            if result.recorded:
+                # The accepted numbers are now the baseline: the tests pass against them, and the
+                # summary shows the previous baseline next to them (old -> new).
+                result.verdict = judge(
+                    workload.name,
+                    self._rules[workload.name],
+                    result.values(),
+                    result.values(),
+                    alpha=self.profile.gate.alpha,
+                )
         return result
 
-    def _telemetry_window(self, start_s: float, end_s: float, metrics: Any) -> tuple[Any, str]:
+    def _with_telemetry(self, load: Any, metrics: Any) -> RepeatResult:
+        """Line telemetry up with the steady window, or the whole measured phase when there is none."""
         if self._monitor is None:
-            return None, self.telemetry_note or "telemetry disabled"
+            return RepeatResult(load, metrics, None, self.telemetry_note or "telemetry disabled")
         steady = metrics.steady
-        t0, t1 = (steady.start_s, steady.end_s) if steady is not None else (start_s, end_s)
-        return self._monitor.summarize(t0, t1), ("steady window" if steady is not None else "whole measured phase")
+        t0, t1 = (steady.start_s, steady.end_s) if steady is not None else (load.start_s, load.end_s)
+        return RepeatResult(
+            load,
+            metrics,
+            self._monitor.summarize(t0, t1),
+            "steady window" if steady is not None else "whole measured phase",
+            self._monitor.timeline(load.start_s, load.end_s),
+        )
 
     def _invalid_reasons(self, workload: Workload, repeats: list[RepeatResult]) -> list[str]:
         reasons = []
@@ -226,7 +245,7 @@ class GateSession:
         prov = provenance(server.versions, reason=self.options.accept_regression, repo_dir=self.profile.path.parent)
         prov["server"] = server.provenance()
         telemetry = {
-            f"repeat_{i}": r.telemetry.summary() for i, r in enumerate(result.repeats, start=1) if r.telemetry is not None
+            f"repeat_{i}": window_json(r.telemetry) for i, r in enumerate(result.repeats, start=1) if r.telemetry is not None
         }
         baseline = Baseline(
             profile=self.profile.name,

@@ -1,0 +1,137 @@
+"""The gate run end to end through pytest itself: perf_tests/ against the simulator.
+
+Each case runs pytest in a subprocess (pytester) exactly as a user would, with a fast
+simulator profile, and checks exit codes, the summary and the failure messages.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PERF_TESTS = (REPO / "perf_tests" / "test_serving.py").read_text()
+
+PROFILE = """
+name = "fast-sim"
+
+[server]
+kind = "simulator"
+startup_timeout_s = 30
+shutdown_timeout_s = 5
+
+[server.sim]
+gpus = 2
+time_scale = 0.1
+startup_delay_s = 0.2
+{sim_extra}
+
+[telemetry]
+source = "dcgm"
+dcgm_endpoints = ["{{base_url}}/dcgm/metrics"]
+interval_s = 0.05
+
+[gate]
+repeats = 3
+# Loose enough that a rerun on a noisy 2-core machine never trips; a 2x slowdown always does.
+tolerance = {{ output_throughput = 0.25, total_throughput = 0.25, mean_tpot_ms = 0.25, p99_tpot_ms = 0.5 }}
+{gate_extra}
+
+[[workload]]
+num_prompts = 32
+concurrency = 16
+input_len = 32
+output_len = 16
+warmup_requests = 2
+"""
+
+pytest_plugins = ["pytester"]
+
+
+@pytest.fixture
+def gate(pytester: pytest.Pytester, tmp_path: Path):
+    pytester.makepyfile(test_serving=PERF_TESTS)
+    baselines = tmp_path / "baselines"
+
+    def run(*args: str, sim_extra: str = "", gate_extra: str = "", env: dict[str, str] | None = None):
+        profile = pytester.path / "profile.toml"
+        profile.write_text(PROFILE.format(sim_extra=sim_extra, gate_extra=gate_extra))
+        for k, v in (env or {}).items():
+            pytester._monkeypatch.setenv(k, v)
+        return pytester.runpytest_subprocess(
+            "-p", "no:cacheprovider", "-rs", f"--perf-profile={profile}", f"--perf-baselines={baselines}", *args, timeout=240
+        )
+
+    run.baselines = baselines
+    return run
+
+
+def test_first_run_has_no_baseline_and_says_how_to_record_one(gate):
+    result = gate()
+    result.assert_outcomes(passed=1, skipped=3)
+    out = result.stdout.str()
+    assert "perfgate summary" in out
+    assert "c16-in32-out16" in out and "output_throughput" in out and "no-baseline" in out
+    assert "--perf-update-baselines" in out
+
+
+def test_record_then_pass_then_catch_a_slowdown(gate):
+    recorded = gate("--perf-update-baselines")
+    recorded.assert_outcomes(passed=3, skipped=1)
+    files = list(gate.baselines.rglob("*.json"))
+    assert len(files) == 1 and "c16-in32-out16" in files[0].name
+    doc = json.loads(files[0].read_text())
+    assert len(doc["repeats"]) == 3 and doc["repeats"][0]["output_throughput"] > 0
+    assert doc["provenance"]["date"] and "server" in doc["provenance"]
+
+    same = gate()
+    same.assert_outcomes(passed=3, skipped=1)
+    assert "PASS" in same.stdout.str()
+
+    slow = gate(env={"PERFGATE_SIM_SLOWDOWN": "2.0"})
+    slow.assert_outcomes(passed=1, failed=2, skipped=1)
+    out = slow.stdout.str()
+    assert "c16-in32-out16: output_throughput" in out and "< limit" in out and "baseline" in out
+    assert "c16-in32-out16: mean_tpot_ms" in out and "> limit" in out
+    assert "Mann-Whitney p=0.05" in out
+
+    refused = gate("--perf-update-baselines", env={"PERFGATE_SIM_SLOWDOWN": "2.0"})
+    assert refused.ret != 0
+    assert "refusing to replace the stored baseline with worse numbers" in refused.stdout.str()
+    accepted = gate("--perf-update-baselines", "--perf-accept-regression=moved to a slower GPU", env={"PERFGATE_SIM_SLOWDOWN": "2.0"})
+    accepted.assert_outcomes(passed=3, skipped=1)
+    doc = json.loads(files[0].read_text())
+    assert doc["provenance"]["accepted_regression"]["reason"] == "moved to a slower GPU"
+
+
+def test_absolute_floor_fails_without_any_baseline(gate):
+    result = gate(sim_extra="idle_gpus = 1", gate_extra="floors = { gpu_power_min_w = 150 }")
+    result.assert_outcomes(passed=1, failed=1, skipped=2)
+    assert "gpu_power_min_w" in result.stdout.str() and "< floor 150.0 W" in result.stdout.str()
+
+
+def test_bad_profile_stops_before_anything_boots(gate, pytester):
+    profile = pytester.path / "bad.toml"
+    profile.write_text('[server]\nkind = "simulator"\n[[workload]]\nnum_prompts = 1\nconcurrency = 0\ninput_len = 1\noutput_len = 1\n')
+    result = pytester.runpytest_subprocess(f"--perf-profile={profile}")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert f"perfgate: profile {profile}: [[workload]] #1 key 'concurrency': expected an integer >= 1, got 0" in result.stdout.str()
+    out = result.stderr.str() + result.stdout.str()
+    assert "Traceback" not in out and "perfgate summary" not in out
+
+
+def test_metric_of_unknown_direction_stops_before_anything_boots(gate):
+    result = gate(gate_extra="floors = { goodness = 3 }")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*metric 'goodness': perfgate does not know whether higher or lower is better*"])
+    assert "ready in" not in result.stdout.str()
+
+
+def test_server_that_cannot_boot_fails_every_test_with_its_log(gate):
+    result = gate(sim_extra="fail_at_startup = true")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    out = result.stdout.str()
+    assert "exited with code 1 before" in out and "Initialization failed" in out
+    assert "Traceback" not in out
