@@ -70,8 +70,10 @@ def test_starved_client_is_marked_saturated(sim):
     def hog(_):
         time.sleep(0.3)
 
-    w = replace(W, warmup_requests=0)
+    # Long enough (~1.5 s at the fixture's time scale) for several progress ticks.
+    w = replace(W, warmup_requests=0, output_len=400)
     run = run_workload(sim.base_url, w, model=sim.model, on_progress=hog, limits=ClientLimits(max_lag_p99_ms=100))
+    assert run.client.wall_s > 1.0
     assert run.client.saturated
     assert "event-loop lag" in run.client.reason
     healthy = run_workload(sim.base_url, w, model=sim.model, limits=ClientLimits(max_lag_p99_ms=100, max_cpu_share=1.5))

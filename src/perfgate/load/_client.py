@@ -172,6 +172,8 @@ class _Runner:
                     rec.latency_s = clock() - start
         except asyncio.TimeoutError:
             state.error = f"stream stalled: no data for {self.workload.stall_timeout_s:g} s"
+        except aiohttp.ClientPayloadError as e:
+            state.error = f"truncated stream: connection broke after {state.tokens} tokens ({type(e).__name__}: {e})"
         except aiohttp.ClientError as e:
             state.error = f"connection error after {state.tokens} tokens: {type(e).__name__}: {e}"
         except ValueError as e:
