@@ -89,20 +89,31 @@ def _run_python(python: str, code: str, what: str) -> subprocess.CompletedProces
         ) from None
 
 
-def find_sglang_root(python: str) -> Path:
-    """The ``sglang`` package directory that ``python`` would import (sglang is not imported)."""
+def locate_sglang(python: str) -> Path | None:
+    """The ``sglang`` package directory ``python`` would import, None when it has none.
+
+    sglang is located, not imported. Raises ServerError when ``python`` cannot be asked.
+    """
     proc = _run_python(python, _FIND_SGLANG, "locate sglang")
     if proc.returncode == 3:
-        raise ServerError(
-            f"sglang is not importable by {python!r}: install SGLang into that environment, "
-            "or set [server] python to the interpreter that has it"
-        )
+        return None
     if proc.returncode != 0 or not proc.stdout.strip():
         raise ServerError(
             f"{python!r} failed to locate sglang (exit {proc.returncode}): "
             f"{proc.stderr.strip()[-500:] or 'no output'}"
         )
     return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def find_sglang_root(python: str) -> Path:
+    """The ``sglang`` package directory that ``python`` would import (sglang is not imported)."""
+    root = locate_sglang(python)
+    if root is None:
+        raise ServerError(
+            f"sglang is not importable by {python!r}: install SGLang into that environment, "
+            "or set [server] python to the interpreter that has it"
+        )
+    return root
 
 
 def sglang_versions(python: str) -> dict[str, str | None]:
