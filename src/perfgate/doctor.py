@@ -95,7 +95,7 @@ def _no_sglang(status: str, explanation: str) -> dict[str, Any]:
 
 def _nvml() -> dict[str, Any]:
     try:
-        import pynvml
+        import pynvml  # type: ignore[import-untyped]
     except ImportError as err:
         return _no_nvml(f"nvidia-ml-py is not importable ({err})")
     try:

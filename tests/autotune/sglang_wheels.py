@@ -45,8 +45,11 @@ def _wheel(cache: Path, version: str) -> Path:
     if found:
         return found[0]
     proc = subprocess.run(
+        # Fixed target tags: some releases ship only cp311 manylinux wheels, and the
+        # sources inside are the same whatever machine runs the tests.
         [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-         "--python-version", "3.11", "-d", str(cache), f"sglang=={version}"],
+         "--python-version", "3.11", "--platform", "manylinux_2_34_x86_64",
+         "-d", str(cache), f"sglang=={version}"],
         capture_output=True,
         text=True,
         timeout=600,

@@ -22,8 +22,8 @@ def rank_lines(rank: int, cache: str = CACHE, prefix: str = "TP{r}") -> list[str
     tag = prefix.format(r=rank)
     return [
         f"[2026-11-29 19:00:0{rank % 10} {tag}] Load weight end. type=GlmMoeForCausalLM",
-        f"[2026-11-29 19:00:1{rank % 10} {tag}] Running FlashInfer autotune with cache: "
-        f"{cache}/rank_tp{rank}_pp0_dp0.json",
+        (f"[2026-11-29 19:00:1{rank % 10} {tag}] Running FlashInfer autotune with cache: "
+         f"{cache}/rank_tp{rank}_pp0_dp0.json"),
         f"[2026-11-29 19:03:2{rank % 10} {tag}] FlashInfer autotune completed.",
     ]
 

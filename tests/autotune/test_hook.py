@@ -99,8 +99,7 @@ def test_sitecustomize_chains_to_the_one_it_shadows(tmp_path: Path) -> None:
                PERFGATE_FLASHINFER_CUTLASS_AUTOTUNE=f"{MODULE}:{DECISION}")
     proc = subprocess.run(
         [sys.executable, "-c",
-         "import sys, sitecustomize; "
-         "print(sitecustomize.CHAINED, type(sys.meta_path[0]).__name__)"],
+         "import sys, sitecustomize; print(sitecustomize.CHAINED, type(sys.meta_path[0]).__name__)"],
         capture_output=True, text=True, timeout=60, env=env, check=False,
     )
     assert proc.returncode == 0, proc.stderr

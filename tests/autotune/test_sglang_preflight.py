@@ -14,6 +14,7 @@ from perfgate.server._sglang import (
     flags_from_source,
     known_flags,
     release_tuple,
+    sglang_help_text,
     sglang_version_from_tree,
     sglang_versions,
 )
@@ -33,8 +34,8 @@ def test_the_scenario_launch_on_0_5_12(sglang_0_5_12: Path) -> None:
     known = flags_from_source(sglang_0_5_12)
     warnings = check_flags(SCENARIO_ARGS, known, "0.5.12")
     assert warnings == [
-        "--num-continuous-decode-steps has no effect: SGLang's scheduler does not read it "
-        "(checked in 0.5.3 - 0.5.23), so any gain attributed to it is noise"
+        ("--num-continuous-decode-steps has no effect: SGLang's scheduler does not read it "
+         "(checked in 0.5.3 - 0.5.23), so any gain attributed to it is noise")
     ]
     assert "--dsa-decode-backend" not in known
 
@@ -148,3 +149,23 @@ def test_known_flags_reads_argparse_help(options, width: int) -> None:
         target.add_argument(*names, **kwargs)
         expected.update(names)
     assert known_flags(parser.format_help()) == expected
+
+
+def test_help_text_of_an_interpreter(tmp_path: Path) -> None:
+    package = tmp_path / "site" / "sglang"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "launch_server.py").write_text(
+        "import argparse\n"
+        "parser = argparse.ArgumentParser()\n"
+        "parser.add_argument('--model-path', '--model')\n"
+        "parser.add_argument('--tp-size', '--tensor-parallel-size', type=int)\n"
+        "parser.parse_args()\n"
+    )
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={package.parent} exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    flags = known_flags(sglang_help_text(str(python)))
+    assert flags == {"-h", "--help", "--model-path", "--model", "--tp-size", "--tensor-parallel-size"}
+    with pytest.raises(ServerError, match="without a flag list"):
+        sglang_help_text(sys.executable)

@@ -136,6 +136,25 @@ def sglang_versions(python: str) -> dict[str, str | None]:
     return {key: versions.get(key) for key in ("sglang", "flashinfer", "torch", "cuda")}
 
 
+def sglang_help_text(python: str, timeout_s: float = 600.0) -> str:
+    """``python -m sglang.launch_server --help``: the authoritative list of server flags.
+
+    This imports sglang and torch in that interpreter (tens of seconds); ``flags_from_source``
+    is the static fallback. Raises ServerError when the help cannot be produced.
+    """
+    argv = [python, "-m", "sglang.launch_server", "--help"]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ServerError(f"cannot list SGLang's server flags with {' '.join(argv)}: {exc}") from None
+    if proc.returncode != 0 or not known_flags(proc.stdout):
+        raise ServerError(
+            f"{' '.join(argv)} exited {proc.returncode} without a flag list: "
+            f"{proc.stderr.strip()[-500:] or proc.stdout.strip()[-500:] or 'no output'}"
+        )
+    return proc.stdout
+
+
 def sglang_version_from_tree(sglang_root: Path) -> str:
     """The version of an installed or unpacked ``sglang`` directory, without importing it.
 

@@ -16,7 +16,12 @@ from perfgate.server.autotune._evidence import (
     snapshot_autotune_cache,
     verify_autotune_log,
 )
-from perfgate.server.autotune._plan import ENV_VAR, HOOK_DIR, AutotunePlan, plan_autotune
+from perfgate.server.autotune._plan import (
+    ENV_VAR,
+    HOOK_DIR,
+    AutotunePlan,
+    plan_autotune,
+)
 
 __all__ = [
     "ENV_VAR",

@@ -228,7 +228,7 @@ def _cache_dir(cache_files: list[str]) -> str:
 
 
 def _tuning_from_files(cache_files: list[str], before: Mapping[str, str]) -> Tuning:
-    kinds = set()
+    kinds: set[Tuning] = set()
     for name in dict.fromkeys(cache_files):
         path = Path(name)
         key = str(path.resolve())

@@ -36,7 +36,8 @@ import importlib.abc
 import importlib.machinery
 import os
 import sys
-from typing import Iterator, NamedTuple, Optional, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 # Set by perfgate to "<module>:<qualname>" of the decision to patch; unset means "do nothing".
 ENV_VAR = "PERFGATE_FLASHINFER_CUTLASS_AUTOTUNE"
@@ -94,7 +95,7 @@ TARGETS = (
 )
 
 
-def find_function(tree: ast.Module, qualname: str) -> Optional[ast.FunctionDef]:
+def find_function(tree: ast.Module, qualname: str) -> ast.FunctionDef | None:
     """The function or method ``qualname`` ("f" or "Class.method") defined at module level."""
     body: Sequence[ast.stmt] = tree.body
     *classes, name = qualname.split(".")
@@ -124,7 +125,7 @@ def moe_backend_lists(func: ast.FunctionDef) -> list[ast.List]:
     return found
 
 
-def string_elements(seq: ast.List) -> Optional[list[str]]:
+def string_elements(seq: ast.List) -> list[str] | None:
     """The list's elements when all are string literals, else None."""
     if all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in seq.elts):
         return [e.value for e in seq.elts]  # type: ignore[attr-defined]
@@ -193,7 +194,8 @@ class _PatchingLoader(importlib.abc.Loader):
             self._inner.exec_module(module)
             return
         code = compile(tree, origin, "exec", dont_inherit=True)
-        exec(code, module.__dict__)
+        # What SourceFileLoader.exec_module does with the code it compiles.
+        exec(code, module.__dict__)  # noqa: S102
         if changed:
             _say(f"patched {self._spec_text}: {CUTLASS} added to the autotuned MoE backends")
         else:
@@ -205,13 +207,10 @@ class _Finder(importlib.abc.MetaPathFinder):
         self.module = module
         self.qualname = qualname
 
-    def _other_finders(self) -> Iterator[importlib.abc.MetaPathFinder]:
-        return (f for f in sys.meta_path if f is not self)
-
     def find_spec(self, fullname, path, target=None):
         if fullname != self.module:
             return None
-        for finder in self._other_finders():
+        for finder in [f for f in sys.meta_path if f is not self]:
             find = getattr(finder, "find_spec", None)
             spec = find(fullname, path, target) if find else None
             if spec is None:

@@ -11,7 +11,7 @@ import importlib.util
 import os
 import sys
 
-import _perfgate_autotune_hook
+import _perfgate_autotune_hook  # type: ignore[import-not-found]  # this directory, on sys.path
 
 _perfgate_autotune_hook.install_from_environment()
 
