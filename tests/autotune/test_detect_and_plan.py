@@ -104,9 +104,15 @@ def test_plans(sglang_0_5_12: Path, sglang_0_5_23: Path) -> None:
     assert env["PYTHONPATH"].split(":") == [str(HOOK_DIR), "/opt/x"]
     assert env["HOME"] == "/root" and env[ENV_VAR] == patched.env[ENV_VAR]
 
+    assert patched.warnings(["--moe-runner-backend", "flashinfer_cutlass"]) == []
+    assert patched.warnings(["--moe-runner-backend=flashinfer_cutlass", "--tp", "8"]) == []
+    (warning,) = patched.warnings(["--tp", "8"])
+    assert "ask for 'auto'" in warning and "SGLang 0.5.12" in warning
+
     native = plan_autotune("auto", sglang_0_5_23)
     assert (native.decision, native.env, native.pythonpath_entry) == ("native", {}, "")
     assert native.apply({"A": "1"}) == {"A": "1"}
+    assert native.warnings(["--moe-runner-backend", "auto"]) == []
 
     forced = plan_autotune("force", sglang_0_5_23)
     assert forced.decision == "patched"

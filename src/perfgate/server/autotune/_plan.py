@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -35,6 +35,25 @@ class AutotunePlan:
     pythonpath_entry: str = ""
     message: str = ""
 
+    def warnings(self, args: Sequence[str]) -> list[str]:
+        """Why a patch planned for these server ``args`` may change nothing.
+
+        The patched decision reads the MoE runner backend from the server arguments, and
+        SGLang 0.5.7 - 0.5.12 resolve ``auto`` at kernel creation, not there: only an
+        explicit ``--moe-runner-backend flashinfer_cutlass`` is autotuned by the patch.
+        """
+        if self.decision != "patched":
+            return []
+        backend = _flag_value(args, "--moe-runner-backend") or "auto"
+        if backend == _hook.CUTLASS:
+            return []
+        warning = (
+            f"[server] flashinfer_cutlass_autotune patches SGLang {self.status.sglang_version} for "
+            f"--moe-runner-backend {_hook.CUTLASS}, but the server args ask for {backend!r}: "
+            "SGLang decides about autotune as shipped (pass the backend explicitly on SM120)"
+        )
+        return [warning]
+
     def apply(self, environ: Mapping[str, str]) -> dict[str, str]:
         """``environ`` plus this plan's variables, the hook directory first on PYTHONPATH."""
         merged = dict(environ)
@@ -43,6 +62,16 @@ class AutotunePlan:
             rest = merged.get("PYTHONPATH", "")
             merged["PYTHONPATH"] = os.pathsep.join(p for p in (self.pythonpath_entry, rest) if p)
         return merged
+
+
+def _flag_value(args: Sequence[str], flag: str) -> str | None:
+    value = None
+    for i, token in enumerate(args):
+        if token == flag and i + 1 < len(args):
+            value = args[i + 1]
+        elif token.startswith(flag + "="):
+            value = token.split("=", 1)[1]
+    return value
 
 
 def plan_autotune(mode: str, sglang_root: Path) -> AutotunePlan:
