@@ -1,0 +1,175 @@
+"""``perfgate doctor``: what this host would run a benchmark on, and what would go wrong.
+
+Reports the SGLang / FlashInfer / torch / CUDA versions of the server's interpreter, the
+GPUs NVML sees (name, compute capability, enforced power limit, peer-to-peer read support
+between every pair: the scenario's GPUs each sat on their own PCIe root complex, with no
+P2P), and whether the installed SGLang autotunes the FlashInfer CUTLASS MoE runner.
+Missing pieces (no GPU, no NVML, no SGLang) are reported, not failed: exit status 0.
+Exit status 2 means the arguments were wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from perfgate.errors import ServerError
+from perfgate.server._sglang import locate_sglang, sglang_versions
+from perfgate.server.autotune import detect_autotune
+
+# nvidia-smi topo -p2p's legend for nvmlDeviceGetP2PStatus's answers.
+_P2P_CODES = {0: "OK", 1: "CNS", 2: "GNS", 3: "TNS", 4: "DRK", 5: "NS", 6: "U"}
+_P2P_LEGEND = (
+    "OK = supported, CNS = chipset not supported, GNS = GPU not supported, "
+    "TNS = topology not supported, DRK = disabled by registry key, NS = not supported, "
+    "U = unknown, ERR = query failed"
+)
+# nvidia-ml-py defines NVML_P2P_CAPS_INDEX_READ as the tuple (0,) (a stray comma in the
+# binding); NVML wants the integer.
+_P2P_CAPS_INDEX_READ = 0
+
+_AUTOTUNE_HINTS = {
+    "native": "SGLang autotunes flashinfer_cutlass itself; perfgate adds nothing",
+    "patch-needed": "perfgate patches this at launch with [server] flashinfer_cutlass_autotune = \"auto\"",
+    "unknown": "perfgate cannot patch this layout; [server] flashinfer_cutlass_autotune = \"auto\" fails the launch",
+    "no-autotune": "this SGLang has no MoE autotune to patch",
+}
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="perfgate doctor", description=__doc__.splitlines()[0])
+    parser.add_argument("--python", default=sys.executable,
+                        help="interpreter of the SGLang environment (default: this one)")
+    parser.add_argument("--sglang-root", type=Path,
+                        help="inspect this unpacked sglang package directory instead of the installed one")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(list(argv))
+    if args.sglang_root is not None and not args.sglang_root.is_dir():
+        print(f"perfgate doctor: --sglang-root {args.sglang_root} is not a directory", file=sys.stderr)
+        return 2
+    report = {
+        "python": args.python,
+        "versions": _versions(args.python),
+        "nvml": _nvml(),
+        "autotune": _autotune(args.python, args.sglang_root),
+    }
+    print(json.dumps(report, indent=2) if args.json else _text(report))
+    return 0
+
+
+def _versions(python: str) -> dict[str, Any]:
+    try:
+        return {**sglang_versions(python), "error": None}
+    except ServerError as err:
+        return {"sglang": None, "flashinfer": None, "torch": None, "cuda": None, "error": str(err)}
+
+
+def _autotune(python: str, sglang_root: Path | None) -> dict[str, Any]:
+    if sglang_root is None:
+        try:
+            sglang_root = locate_sglang(python)
+        except ServerError as err:
+            return _no_sglang("unknown", str(err))
+        if sglang_root is None:
+            return _no_sglang("sglang not installed", f"sglang is not importable by {python}")
+    status = detect_autotune(sglang_root)
+    return {
+        "status": status.status,
+        "sglang_root": str(sglang_root),
+        "sglang_version": status.sglang_version,
+        "file": status.file,
+        "function": status.function,
+        "explanation": status.explanation,
+        "hint": _AUTOTUNE_HINTS[status.status],
+    }
+
+
+def _no_sglang(status: str, explanation: str) -> dict[str, Any]:
+    return {"status": status, "sglang_root": None, "sglang_version": None, "file": "",
+            "function": "", "explanation": explanation, "hint": ""}
+
+
+def _nvml() -> dict[str, Any]:
+    try:
+        import pynvml  # type: ignore[import-untyped]
+    except ImportError as err:
+        return _no_nvml(f"nvidia-ml-py is not importable ({err})")
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as err:
+        return _no_nvml(f"NVML could not start: {err} (no NVIDIA driver or GPU?)")
+    try:
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        return {
+            "available": True,
+            "error": None,
+            "driver": _query(pynvml, pynvml.nvmlSystemGetDriverVersion),
+            "gpus": [_gpu(pynvml, i, h) for i, h in enumerate(handles)],
+            "p2p_read": [[_p2p(pynvml, a, b) if a is not b else "X" for b in handles] for a in handles],
+        }
+    except pynvml.NVMLError as err:
+        return _no_nvml(f"NVML failed listing GPUs: {err}")
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _no_nvml(reason: str) -> dict[str, Any]:
+    return {"available": False, "error": reason, "driver": None, "gpus": [], "p2p_read": []}
+
+
+def _query(pynvml: Any, function: Any, *args: Any) -> Any:
+    """One NVML answer, or None where this GPU or driver does not support the query."""
+    try:
+        value = function(*args)
+    except pynvml.NVMLError:
+        return None
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _gpu(pynvml: Any, index: int, handle: Any) -> dict[str, Any]:
+    capability = _query(pynvml, pynvml.nvmlDeviceGetCudaComputeCapability, handle)
+    limit_mw = _query(pynvml, pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)
+    return {
+        "index": index,
+        "name": _query(pynvml, pynvml.nvmlDeviceGetName, handle),
+        "uuid": _query(pynvml, pynvml.nvmlDeviceGetUUID, handle),
+        "compute_capability": f"{capability[0]}.{capability[1]}" if capability else None,
+        "power_limit_w": limit_mw / 1000.0 if limit_mw is not None else None,
+    }
+
+
+def _p2p(pynvml: Any, a: Any, b: Any) -> str:
+    status = _query(pynvml, pynvml.nvmlDeviceGetP2PStatus, a, b, _P2P_CAPS_INDEX_READ)
+    return "ERR" if status is None else _P2P_CODES.get(status, f"?{status}")
+
+
+def _text(report: dict[str, Any]) -> str:
+    versions, nvml, autotune = report["versions"], report["nvml"], report["autotune"]
+    lines = ["perfgate doctor", f"  python       {report['python']}"]
+    if versions["error"]:
+        lines.append(f"  versions     unavailable: {versions['error']}")
+    for key, label in (("sglang", "SGLang"), ("flashinfer", "FlashInfer"), ("torch", "torch"),
+                       ("cuda", "CUDA (torch)")):
+        lines.append(f"  {label:<12} {versions[key] or 'not installed'}")
+    if not nvml["available"]:
+        lines.append(f"  GPUs         none visible: {nvml['error']}")
+    else:
+        lines.append(f"  GPUs         {len(nvml['gpus'])} (NVIDIA driver {nvml['driver'] or 'unknown'})")
+        for gpu in nvml["gpus"]:
+            cc = f"sm_{gpu['compute_capability'].replace('.', '')}" if gpu["compute_capability"] else "sm_?"
+            limit = f"{gpu['power_limit_w']:.0f} W" if gpu["power_limit_w"] is not None else "unknown"
+            lines.append(f"    GPU{gpu['index']}  {gpu['name']}  {cc}  enforced power limit {limit}")
+        if len(nvml["gpus"]) > 1:
+            lines.append(f"  P2P read     ({_P2P_LEGEND})")
+            header = "".join(f"{'GPU' + str(i):>6}" for i in range(len(nvml["gpus"])))
+            lines.append(f"          {header}")
+            for i, row in enumerate(nvml["p2p_read"]):
+                lines.append(f"    {'GPU' + str(i):<6}" + "".join(f"{cell:>6}" for cell in row))
+    lines.append(f"  autotune     {autotune['status']}: {autotune['explanation']}")
+    if autotune.get("hint"):
+        lines.append(f"               {autotune['hint']}")
+    return "\n".join(lines)
