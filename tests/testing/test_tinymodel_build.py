@@ -140,7 +140,9 @@ def test_bfloat16_and_custom_shape(tmp_path: Path) -> None:
 def test_concurrent_ensure_builds_once_and_identically_to_another_process(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     small = {"hidden_size": 64, "num_heads": 1, "num_layers": 1}
-    procs = [_cli("--cache", str(cache), "--hidden", "64", "--heads", "1", "--layers", "1") for _ in range(2)]
+    link = tmp_path / "current"
+    argv = ("--cache", str(cache), "--link", str(link), "--hidden", "64", "--heads", "1", "--layers", "1")
+    procs = [_cli(*argv) for _ in range(2)]
     outs = []
     for proc in procs:
         out, err = proc.communicate(timeout=300)
@@ -149,6 +151,7 @@ def test_concurrent_ensure_builds_once_and_identically_to_another_process(tmp_pa
     assert outs[0] == outs[1]
     entry = Path(outs[0])
     assert entry.parent == cache
+    assert link.is_symlink() and link.resolve() == entry.resolve()
     # Only the finished entry and its lock remain: no temporary build directories.
     assert sorted(p.name for p in cache.iterdir()) == sorted([entry.name, f".{entry.name}.lock"])
     # This process has other hash seeds: training and saving must not depend on them.

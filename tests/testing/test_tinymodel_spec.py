@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from perfgate.errors import PerfgateError
-from perfgate.testing import SIZES, build_tiny_model, ensure_tiny_model, resolve_spec
+from perfgate.testing import SIZES, build_tiny_model, ensure_tiny_model, resolve_spec, tinymodel
+from perfgate.testing._tinymodel import cache_key
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -70,3 +71,33 @@ def test_missing_extra_names_what_to_install(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stderr
     assert "pip install 'perfgate[tinymodel]'" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def _fake_cached_entry(cache: Path) -> Path:
+    spec = resolve_spec()
+    entry = cache / f"llama-h{spec.hidden_size}-l{spec.num_layers}-{spec.dtype}-{cache_key(spec)}"
+    entry.mkdir(parents=True)
+    return entry
+
+
+def test_cached_model_is_reused_and_linked_without_building(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    entry = _fake_cached_entry(tmp_path / "cache")
+    link = tmp_path / "links" / "tiny"
+    assert tinymodel.main(["--cache", str(tmp_path / "cache"), "--link", str(link)]) == 0
+    assert capsys.readouterr().out.strip() == str(entry)
+    assert link.is_symlink() and link.resolve() == entry.resolve()
+    # Re-pointing an existing link works too.
+    assert tinymodel.main(["--cache", str(tmp_path / "cache"), "--link", str(link)]) == 0
+    assert link.resolve() == entry.resolve()
+
+
+def test_link_over_a_real_directory_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _fake_cached_entry(tmp_path / "cache")
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "keep").write_text("x")
+    assert tinymodel.main(["--cache", str(tmp_path / "cache"), "--link", str(taken)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot point {taken} at" in err and "--link" in err
+    assert (taken / "keep").read_text() == "x"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "taken"]
