@@ -1,0 +1,326 @@
+"""Build a small Llama model and tokenizer locally, deterministically, for real-server tests.
+
+No model can be downloaded where perfgate's own tests run, yet a real serving engine (vLLM on CPU,
+``transformers serve``) needs weights and a tokenizer. This builds both from nothing: a byte-level
+BPE tokenizer trained on Python standard-library sources and a randomly initialised Llama with a
+fixed seed.
+
+The model is shaped so that a request always runs to ``max_tokens`` and streams one chunk per
+token, on any server: special tokens (EOS included) and tokens that do not decode to printable
+ASCII can never be sampled. Their output-head rows are zero except in one reserved hidden channel
+that carries a constant through the network, where they hold a large negative weight, so their
+logits sit about 100 below every other token's. (A zero row alone gives logit 0, and a random
+model's logits are all near 0: under sampling such tokens would still be drawn.)
+
+torch, transformers, tokenizers and safetensors are optional: they are imported only when a model
+is built, and their absence raises a PerfgateError naming the extra to install.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import sysconfig
+import tempfile
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import filelock
+
+from perfgate.errors import PerfgateError
+
+# Bump when a change here alters the files built for the same parameters: it invalidates caches.
+BUILDER_VERSION = 1
+
+BOS_TOKEN = "<|startoftext|>"
+EOS_TOKEN = "<|endoftext|>"
+IM_START_TOKEN = "<|im_start|>"
+IM_END_TOKEN = "<|im_end|>"
+SPECIAL_TOKENS = (EOS_TOKEN, BOS_TOKEN, IM_START_TOKEN, IM_END_TOKEN)
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+# Standard-library modules present in every CPython from 3.11 on: the tokenizer's training text.
+_CORPUS_MODULES = (
+    "argparse.py", "ast.py", "calendar.py", "configparser.py", "dataclasses.py", "difflib.py",
+    "enum.py", "fractions.py", "functools.py", "inspect.py", "random.py", "shutil.py",
+    "statistics.py", "string.py", "subprocess.py", "tempfile.py", "textwrap.py", "threading.py",
+    "tokenize.py", "typing.py",
+)
+
+# The hidden channel that carries a constant and gives banned tokens their negative logits.
+_BAN_CHANNEL = 0
+# How far (in logits) a banned token sits below an ordinary one: e^-100 is never sampled.
+_BAN_LOGIT = 100.0
+
+_DTYPES = ("float32", "bfloat16", "float16")
+
+_EXTRA_HINT = (
+    "building the tiny model needs torch, transformers, tokenizers and safetensors; "
+    "install them with: pip install 'perfgate[tinymodel]' (torch==2.13.0 takes a CPU build)"
+)
+
+
+@dataclass(frozen=True)
+class TinyModelSpec:
+    """Everything that decides the built files; its hash names the cache entry."""
+
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    intermediate_size: int
+    context_len: int
+    vocab_size: int
+    dtype: str
+    seed: int
+
+
+SIZES: dict[str, TinyModelSpec] = {
+    # ~3.4 MB, builds in seconds; for CPU servers in CI.
+    "tiny": TinyModelSpec(
+        hidden_size=128, num_layers=2, num_heads=2, intermediate_size=256,
+        context_len=4096, vocab_size=2048, dtype="float32", seed=0,
+    ),
+    # ~680 M parameters: enough for a GPU server to have real work per token.
+    "gpu": TinyModelSpec(
+        hidden_size=2048, num_layers=16, num_heads=16, intermediate_size=4096,
+        context_len=4096, vocab_size=2048, dtype="bfloat16", seed=0,
+    ),
+}
+
+
+def resolve_spec(
+    size: str = "tiny",
+    *,
+    hidden_size: int | None = None,
+    num_layers: int | None = None,
+    num_heads: int | None = None,
+    intermediate_size: int | None = None,
+    seed: int = 0,
+    dtype: str | None = None,
+) -> TinyModelSpec:
+    """The ``size`` preset with any explicit field overriding it; bad values raise PerfgateError."""
+    if size not in SIZES:
+        raise PerfgateError(f"tiny model: unknown size {size!r}; expected one of {', '.join(map(repr, SIZES))}")
+    overrides = {
+        "hidden_size": hidden_size,
+        "num_layers": num_layers,
+        "num_heads": num_heads,
+        "intermediate_size": intermediate_size,
+        "dtype": dtype,
+    }
+    spec = replace(SIZES[size], seed=seed, **{k: v for k, v in overrides.items() if v is not None})
+    for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size"):
+        value = getattr(spec, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise PerfgateError(f"tiny model: {name} must be an integer >= 1, got {value!r}")
+    if isinstance(spec.seed, bool) or not isinstance(spec.seed, int) or spec.seed < 0:
+        raise PerfgateError(f"tiny model: seed must be an integer >= 0, got {spec.seed!r}")
+    if spec.hidden_size % spec.num_heads:
+        raise PerfgateError(
+            f"tiny model: hidden_size {spec.hidden_size} is not a multiple of num_heads {spec.num_heads}"
+        )
+    if spec.dtype not in _DTYPES:
+        raise PerfgateError(f"tiny model: dtype must be one of {', '.join(map(repr, _DTYPES))}, got {spec.dtype!r}")
+    return spec
+
+
+def _corpus_files() -> list[Path]:
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    files = [stdlib / name for name in _CORPUS_MODULES if (stdlib / name).is_file()]
+    if not files:
+        raise PerfgateError(
+            f"tiny model: no Python sources found in {stdlib} to train the tokenizer on "
+            f"(looked for {', '.join(_CORPUS_MODULES[:3])}, ...); use a Python that ships its .py files"
+        )
+    return files
+
+
+def _corpus_digest(files: list[Path]) -> str:
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def cache_key(spec: TinyModelSpec) -> str:
+    """Hash of the spec, the builder version and the tokenizer's training text."""
+    blob = json.dumps(
+        {"spec": asdict(spec), "builder": BUILDER_VERSION, "corpus": _corpus_digest(_corpus_files())},
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _import_deps() -> tuple[Any, Any, Any]:
+    try:
+        import transformers  # first: the cheapest import, so a missing extra fails fast
+        import tokenizers
+        import safetensors  # noqa: F401  (save_pretrained writes through it)
+        import torch
+    except ImportError as e:
+        raise PerfgateError(f"{_EXTRA_HINT} ({e})") from None
+    return tokenizers, torch, transformers
+
+
+def _printable_ascii(text: str) -> bool:
+    return bool(text) and all(" " <= ch <= "~" for ch in text)
+
+
+def _build_tokenizer(tokenizers: Any, transformers: Any, spec: TinyModelSpec) -> Any:
+    from tokenizers import decoders, models, pre_tokenizers, processors, trainers
+
+    tok = tokenizers.Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=spec.vocab_size,
+        min_frequency=2,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator((f.read_text(encoding="utf-8") for f in _corpus_files()), trainer=trainer)
+    bos_id = tok.token_to_id(BOS_TOKEN)
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{BOS_TOKEN} $A",
+        pair=f"{BOS_TOKEN} $A {BOS_TOKEN} $B:1",
+        special_tokens=[(BOS_TOKEN, bos_id)],
+    )
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=BOS_TOKEN,
+        eos_token=EOS_TOKEN,
+        pad_token=EOS_TOKEN,
+        additional_special_tokens=[IM_START_TOKEN, IM_END_TOKEN],
+        chat_template=CHAT_TEMPLATE,
+        model_max_length=spec.context_len,
+        clean_up_tokenization_spaces=False,
+    )
+
+
+def banned_token_ids(tokenizer: Any) -> list[int]:
+    """Ids the model never generates: special tokens and those not decoding to printable ASCII."""
+    special = set(tokenizer.all_special_ids)
+    return [
+        i
+        for i in range(len(tokenizer))
+        if i in special or not _printable_ascii(tokenizer.decode([i], skip_special_tokens=False))
+    ]
+
+
+def _build_model(torch: Any, transformers: Any, spec: TinyModelSpec, tokenizer: Any) -> Any:
+    vocab = len(tokenizer)
+    eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
+    config = transformers.LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_heads,
+        head_dim=spec.hidden_size // spec.num_heads,
+        max_position_embeddings=spec.context_len,
+        tie_word_embeddings=False,
+        bos_token_id=tokenizer.convert_tokens_to_ids(BOS_TOKEN),
+        eos_token_id=eos_id,
+        pad_token_id=eos_id,
+    )
+    # Initialise in float32 whatever the target dtype, so a seed gives the same weights in any dtype.
+    torch.manual_seed(spec.seed)
+    model = transformers.LlamaForCausalLM(config)
+    c = _BAN_CHANNEL
+    with torch.no_grad():
+        # Channel c holds 1.0 from the embedding to the final norm: no layer reads or writes it.
+        model.model.embed_tokens.weight[:, c] = 1.0
+        for layer in model.model.layers:
+            layer.input_layernorm.weight[c] = 0.0
+            layer.post_attention_layernorm.weight[c] = 0.0
+            layer.self_attn.o_proj.weight[c, :] = 0.0
+            layer.mlp.down_proj.weight[c, :] = 0.0
+        # After the final RMSNorm channel c is about sqrt(hidden), as it dominates the norm.
+        head = model.lm_head.weight
+        head[:, c] = 0.0
+        banned = torch.tensor(banned_token_ids(tokenizer), dtype=torch.long)
+        head[banned] = 0.0
+        head[banned, c] = -_BAN_LOGIT / math.sqrt(spec.hidden_size)
+    model.generation_config = transformers.GenerationConfig(
+        bos_token_id=config.bos_token_id,
+        eos_token_id=[eos_id, tokenizer.convert_tokens_to_ids(IM_END_TOKEN)],
+        pad_token_id=eos_id,
+    )
+    return model.to(getattr(torch, spec.dtype))
+
+
+def build_tiny_model(
+    out_dir: Path,
+    *,
+    size: str = "tiny",
+    hidden_size: int | None = None,
+    num_layers: int | None = None,
+    num_heads: int | None = None,
+    intermediate_size: int | None = None,
+    seed: int = 0,
+    dtype: str | None = None,
+) -> Path:
+    """Build the model and tokenizer into ``out_dir`` (created; must be empty) and return it.
+
+    ``size`` picks a preset ("tiny": hidden 128, 2 layers, float32; "gpu": hidden 2048,
+    16 layers, bfloat16); the other arguments override single fields of it. The same arguments
+    on the same Python and library versions give byte-identical files.
+    """
+    spec = resolve_spec(
+        size, hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads,
+        intermediate_size=intermediate_size, seed=seed, dtype=dtype,
+    )
+    out = Path(out_dir)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise PerfgateError(f"tiny model: output directory {out} exists and is not empty; pass a new or empty directory")
+    tokenizers, torch, transformers = _import_deps()
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = _build_tokenizer(tokenizers, transformers, spec)
+    model = _build_model(torch, transformers, spec, tokenizer)
+    tokenizer.save_pretrained(out)
+    model.save_pretrained(out, safe_serialization=True)
+    return out
+
+
+def ensure_tiny_model(cache_dir: Path, *, size: str = "tiny", **params: Any) -> Path:
+    """The cached model for these parameters (as for build_tiny_model), built on first use.
+
+    Built into a temporary directory beside the entry and renamed into place under a file lock,
+    so concurrent callers build it once and never see a half-written model.
+    """
+    spec = resolve_spec(size, **params)
+    cache = Path(cache_dir)
+    name = f"llama-h{spec.hidden_size}-l{spec.num_layers}-{spec.dtype}-{cache_key(spec)}"
+    final = cache / name
+    if final.is_dir():
+        return final
+    cache.mkdir(parents=True, exist_ok=True)
+    with filelock.FileLock(str(cache / f".{name}.lock")):
+        if final.is_dir():
+            return final
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=cache))
+        try:
+            build_tiny_model(
+                tmp, size=size, hidden_size=spec.hidden_size, num_layers=spec.num_layers,
+                num_heads=spec.num_heads, intermediate_size=spec.intermediate_size,
+                seed=spec.seed, dtype=spec.dtype,
+            )
+            # mkdtemp makes it private; a shared cache must be readable by a server run as another user.
+            os.chmod(tmp, 0o755)
+            os.rename(tmp, final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final

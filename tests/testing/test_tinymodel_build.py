@@ -1,0 +1,164 @@
+"""Building the tiny model for real: needs the ``tinymodel`` extra (torch, transformers, ...)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers", reason="needs the perfgate[tinymodel] extra")
+
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
+
+from perfgate.testing import (  # noqa: E402
+    CHAT_TEMPLATE,
+    SPECIAL_TOKENS,
+    banned_token_ids,
+    build_tiny_model,
+    ensure_tiny_model,
+)
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+def _digests(model_dir: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(model_dir.iterdir())}
+
+
+def _cli(*args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "perfgate.testing.tinymodel", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(model_dir: Path) -> transformers.PreTrainedTokenizerBase:
+    return transformers.AutoTokenizer.from_pretrained(model_dir)
+
+
+def test_writes_a_safetensors_llama_with_the_tiny_shape(model_dir: Path) -> None:
+    assert {p.name for p in model_dir.iterdir()} >= {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}
+    config = json.loads((model_dir / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"]
+    shape = {k: config[k] for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "head_dim", "intermediate_size", "max_position_embeddings", "vocab_size")}
+    assert shape == {"hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2, "head_dim": 64, "intermediate_size": 256, "max_position_embeddings": 4096, "vocab_size": 2048}
+    assert config["tie_word_embeddings"] is False
+    weights = load_file(model_dir / "model.safetensors")
+    assert {t.dtype for t in weights.values()} == {torch.float32}
+    assert "lm_head.weight" in weights
+
+
+def test_seed_changes_weights_but_not_tokenizer(model_dir: Path, tmp_path: Path) -> None:
+    other = build_tiny_model(tmp_path / "seed1", seed=1)
+    a, b = _digests(model_dir), _digests(other)
+    assert a["model.safetensors"] != b["model.safetensors"]
+    assert a["tokenizer.json"] == b["tokenizer.json"]
+
+
+def test_tokenizer_has_special_tokens_and_chatml_template(tokenizer: transformers.PreTrainedTokenizerBase) -> None:
+    assert len(tokenizer) == 2048
+    assert tokenizer.bos_token == "<|startoftext|>"
+    assert tokenizer.eos_token == "<|endoftext|>"
+    assert set(SPECIAL_TOKENS) <= set(tokenizer.all_special_tokens)
+    assert tokenizer.chat_template == CHAT_TEMPLATE
+    ids = tokenizer("x = 1")["input_ids"]
+    assert ids[0] == tokenizer.bos_token_id
+    rendered = tokenizer.apply_chat_template(
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    assert rendered == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    # Each ChatML marker is one token, not spelled out in pieces.
+    encoded = tokenizer(rendered, add_special_tokens=False)["input_ids"]
+    assert encoded.count(tokenizer.convert_tokens_to_ids("<|im_start|>")) == 3
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text())
+def test_tokenizer_round_trips_any_text(tokenizer: transformers.PreTrainedTokenizerBase, text: str) -> None:
+    ids = tokenizer(text)["input_ids"]
+    assert ids[0] == tokenizer.bos_token_id
+    assert tokenizer.decode(ids[1:], skip_special_tokens=False) == text
+
+
+def test_banned_head_rows_are_zero_but_for_the_ban_channel(model_dir: Path, tokenizer: transformers.PreTrainedTokenizerBase) -> None:
+    banned = banned_token_ids(tokenizer)
+    assert tokenizer.eos_token_id in banned
+    assert set(tokenizer.all_special_ids) <= set(banned)
+    # Byte tokens of non-ASCII UTF-8 are banned; most of the vocabulary stays usable.
+    assert tokenizer.convert_tokens_to_ids("Ã") in banned
+    assert 100 < len(banned) < 1024
+    allowed = [i for i in range(len(tokenizer)) if i not in set(banned)]
+    assert all(tokenizer.decode([i]).isascii() and tokenizer.decode([i]).isprintable() for i in allowed)
+
+    head = load_file(model_dir / "model.safetensors")["lm_head.weight"]
+    assert torch.count_nonzero(head[banned, 1:]) == 0
+    assert bool((head[banned, 0] < 0).all())
+    assert torch.count_nonzero(head[allowed, 0]) == 0
+    assert torch.count_nonzero(head[allowed, 1:]) == head[allowed, 1:].numel()
+
+
+def test_banned_tokens_can_never_be_sampled(model_dir: Path, tokenizer: transformers.PreTrainedTokenizerBase) -> None:
+    model = transformers.AutoModelForCausalLM.from_pretrained(model_dir)
+    ids = torch.randint(0, len(tokenizer), (4, 96), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        logits = model(ids).logits
+    banned = torch.zeros(len(tokenizer), dtype=torch.bool)
+    banned[banned_token_ids(tokenizer)] = True
+    # e^-50 per token: not drawn in any realistic number of steps, even at temperature 1.
+    gap = logits[..., ~banned].min(dim=-1).values - logits[..., banned].max(dim=-1).values
+    assert float(gap.min()) > 50.0
+
+
+def test_bfloat16_and_custom_shape(tmp_path: Path) -> None:
+    out = build_tiny_model(tmp_path / "bf16", hidden_size=64, num_layers=1, num_heads=1, intermediate_size=128, dtype="bfloat16")
+    config = json.loads((out / "config.json").read_text())
+    assert (config["hidden_size"], config["num_hidden_layers"], config["head_dim"], config["dtype"]) == (64, 1, 64, "bfloat16")
+    assert {t.dtype for t in load_file(out / "model.safetensors").values()} == {torch.bfloat16}
+
+
+def test_concurrent_ensure_builds_once_and_identically_to_another_process(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    small = {"hidden_size": 64, "num_heads": 1, "num_layers": 1}
+    link = tmp_path / "current"
+    argv = ("--cache", str(cache), "--link", str(link), "--hidden", "64", "--heads", "1", "--layers", "1")
+    procs = [_cli(*argv) for _ in range(2)]
+    outs = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        outs.append(out.strip().splitlines()[-1])
+    assert outs[0] == outs[1]
+    entry = Path(outs[0])
+    assert entry.parent == cache
+    assert link.is_symlink() and link.resolve() == entry.resolve()
+    # Only the finished entry and its lock remain: no temporary build directories.
+    assert sorted(p.name for p in cache.iterdir()) == sorted([entry.name, f".{entry.name}.lock"])
+    # This process has other hash seeds: training and saving must not depend on them.
+    before = _digests(entry)
+    assert before == _digests(build_tiny_model(tmp_path / "here", **small))
+    mtime = (entry / "model.safetensors").stat().st_mtime_ns
+    # A later call with the same parameters reuses the entry untouched.
+    assert ensure_tiny_model(cache, **small) == entry
+    assert (entry / "model.safetensors").stat().st_mtime_ns == mtime
+    assert _digests(entry) == before
