@@ -15,8 +15,10 @@ import httpx
 
 from perfgate.errors import ServerError
 from perfgate.profile import ServerSpec
+from perfgate.server._gpu_procs import wait_released
 from perfgate.server._locks import hold_gpus
 from perfgate.server._process import ServerProcess, launch
+from perfgate.server._sglang_launch import preflight, verify
 
 
 @dataclass
@@ -35,6 +37,8 @@ class RunningServer:
     versions: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     process: ServerProcess | None = None
+    # SGLang only: the autotune plan's decision and what the boot log proved.
+    autotune: dict[str, Any] = field(default_factory=dict)
 
     def provenance(self) -> dict[str, Any]:
         return {
@@ -44,6 +48,7 @@ class RunningServer:
             "launch_command": self.argv,
             "boot_s": round(self.boot_s, 3),
             "versions": self.versions,
+            "autotune": self.autotune,
             "server_info": self.info,
         }
 
@@ -172,11 +177,29 @@ def start_server(spec: ServerSpec, *, log_dir: Path, stack: ExitStack, base_url:
             _check_port_free(spec.host, spec.port)
         port = spec.port or _free_port(spec.host)
         argv, extra_env = build_command(spec, port)
+        env = {**os.environ, **extra_env}
+        pre = None
+        if spec.kind == "sglang":
+            pre = preflight(spec, argv[0], env)
+            env = pre.plan.apply(env)
         log_path = log_dir / f"server-{spec.kind}-{port}.log"
-        proc = launch(argv, {**os.environ, **extra_env}, log_path)
+        proc = launch(argv, env, log_path)
         server = RunningServer(spec.kind, f"http://{spec.host}:{port}", spec.model_path, argv, log_path, 0.0, spec.gpus, process=proc)
-        stack.callback(_stop, server, spec.shutdown_timeout_s)
+        stack.callback(_stop, server, spec)
         server.boot_s = proc.wait_ready(server.base_url + spec.ready_path, spec.startup_timeout_s)
+        if pre is not None:
+            server.versions.update(pre.versions)
+            server.notes.extend(pre.warnings)
+            evidence = verify(spec, pre, log_path.read_text(errors="replace"), env)
+            server.autotune = {
+                "decision": pre.plan.decision,
+                "status": pre.plan.status.status,
+                "ok": evidence.ok,
+                "tuning": evidence.tuning,
+                "cache_dir": evidence.cache_dir,
+                "evidence": evidence.message,
+                "flags_checked_against": pre.flag_source,
+            }
     with httpx.Client(timeout=10.0) as client:
         server.info = _get_json(client, server.base_url, "/server_info", "/get_server_info")
         server.model_info = _get_json(client, server.base_url, "/model_info", "/get_model_info")
@@ -186,6 +209,10 @@ def start_server(spec: ServerSpec, *, log_dir: Path, stack: ExitStack, base_url:
     return server
 
 
-def _stop(server: RunningServer, timeout_s: float) -> None:
-    if server.process is not None:
-        server.notes.extend(server.process.stop(timeout_s))
+def _stop(server: RunningServer, spec: ServerSpec) -> None:
+    if server.process is None:
+        return
+    server.notes.extend(server.process.stop(spec.shutdown_timeout_s))
+    if spec.gpus and spec.kind in ("sglang", "command"):
+        # Schedulers re-parented to init can hold GPU memory after their group is gone.
+        server.notes.extend(wait_released(spec.gpus, set(), spec.shutdown_timeout_s))
