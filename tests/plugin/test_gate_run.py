@@ -109,7 +109,11 @@ def test_record_then_pass_then_catch_a_slowdown(gate):
 def test_absolute_floor_fails_without_any_baseline(gate):
     result = gate(sim_extra="idle_gpus = 1", gate_extra="floors = { gpu_power_min_w = 150 }")
     result.assert_outcomes(passed=1, failed=1, skipped=2)
-    assert "gpu_power_min_w" in result.stdout.str() and "< floor 150.0 W" in result.stdout.str()
+    out = result.stdout.str()
+    assert "gpu_power_min_w" in out and "< floor 150.0 W" in out
+    # The idle simulated GPU is named, with the window the power was measured over.
+    assert "weakest: GPU vm:" in out or "weakest: GPU " in out
+    assert "s whole measured phase" in out or "s steady window" in out
 
 
 def test_bad_profile_stops_before_anything_boots(gate, pytester):
@@ -135,3 +139,64 @@ def test_server_that_cannot_boot_fails_every_test_with_its_log(gate):
     out = result.stdout.str()
     assert "exited with code 1 before" in out and "Initialization failed" in out
     assert "Traceback" not in out
+
+
+def test_ctrl_c_mid_run_stops_the_server_and_leaves_nothing(pytester, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+    import uuid
+
+    from tests.support import processes_with
+
+    marker = f"ctrlc-{uuid.uuid4().hex[:10]}"
+    pytester.makepyfile(test_serving=PERF_TESTS)
+    profile = pytester.path / "profile.toml"
+    # A slow workload (time_scale 1: ~60 ms steps) so the interrupt lands mid-run.
+    profile.write_text(
+        PROFILE.format(sim_extra="", gate_extra="")
+        .replace("time_scale = 0.1", "time_scale = 1.0")
+        .replace('startup_timeout_s = 30', f'startup_timeout_s = 30\nmodel_path = "{marker}"')
+        .replace("output_len = 16", "output_len = 2000")
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--perf-profile={profile}", f"--perf-baselines={tmp_path}"],
+        cwd=pytester.path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes_with(marker), "the simulator never started"
+    time.sleep(2.0)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out[-2000:]
+    assert "KeyboardInterrupt" in out
+    deadline = time.monotonic() + 15
+    while processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes_with(marker) == []
+
+
+def test_results_files_and_compare_exit_code(gate, tmp_path, monkeypatch):
+    from perfgate.cli import main as perfgate_main
+
+    fast, slow = tmp_path / "fast", tmp_path / "slow"
+    gate(f"--perf-results={fast}")
+    gate(f"--perf-results={slow}", env={"PERFGATE_SIM_SLOWDOWN": "2.0"})
+    (a,) = fast.glob("results-*.json")
+    (b,) = slow.glob("results-*.json")
+    doc = json.loads(a.read_text())
+    wl = doc["workloads"][0]
+    assert wl["workload"] == "c16-in32-out16" and len(wl["repeats"]) == 3
+    rep = wl["repeats"][0]
+    assert len(rep["requests"]) == 32 and rep["requests"][0]["chunk_offsets_s"]
+    assert rep["timeline"]["in_flight"] and rep["telemetry"]["window"]["gpus"]
+    assert "output_throughput" in (fast / "summary.md").read_text()
+    assert perfgate_main(["compare", str(a), str(a)]) == 0
+    assert perfgate_main(["compare", str(a), str(b)]) == 1
+    assert perfgate_main(["compare", str(a), str(tmp_path / "missing.json")]) == 2

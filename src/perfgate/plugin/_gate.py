@@ -32,13 +32,27 @@ class Gate:
         if not self.result.valid:
             pytest.fail(f"{self.result.workload}: run invalid:\n  " + "\n  ".join(self.result.invalid_reasons), pytrace=False)
 
+    def _where(self, metric: str) -> str:
+        """For power metrics: which GPU is the weakest, in which window (from the last repeat)."""
+        window = self.result.repeats[-1].telemetry
+        if window is None:
+            return ""
+        try:
+            gpu = window.weakest_gpu(metric)
+        except (KeyError, ValueError):
+            return ""
+        aligned = self.result.repeats[-1].telemetry_note
+        power = f"{gpu.mean_power_w:.1f} W" if gpu.mean_power_w is not None else "no power reading"
+        limit = f" of {gpu.power_limit_w:.0f} W limit" if gpu.power_limit_w else ""
+        return f"\n    weakest: {gpu.label} {gpu.name}, {power}{limit}, over the {window.length_s:.1f} s {aligned}"
+
     def assert_metrics(self, category: Category) -> None:
         verdicts = [v for v in self.result.verdict.metrics if category_of(v.metric) == category]
         if not verdicts:
             pytest.skip(f"{self.result.workload}: no {category} metric is gated by this profile")
         if category == "power" and all(v.status == "not-measured" for v in verdicts):
             pytest.skip(f"{self.result.workload}: GPU power not measured: {self.power_note}")
-        failures = [v.message for v in verdicts if not v.ok]
+        failures = [v.message + self._where(v.metric) for v in verdicts if not v.ok]
         if failures:
             pytest.fail("\n".join(failures), pytrace=False)
         if all(v.status in ("no-baseline", "not-measured") for v in verdicts):
