@@ -200,3 +200,14 @@ def test_results_files_and_compare_exit_code(gate, tmp_path, monkeypatch):
     assert perfgate_main(["compare", str(a), str(a)]) == 0
     assert perfgate_main(["compare", str(a), str(b)]) == 1
     assert perfgate_main(["compare", str(a), str(tmp_path / "missing.json")]) == 2
+
+
+def test_repeats_are_pytest_benchmark_rounds(gate, tmp_path):
+    out = tmp_path / "bench.json"
+    result = gate(f"--benchmark-json={out}")
+    result.assert_outcomes(passed=1, skipped=3)
+    doc = json.loads(out.read_text())
+    (bench,) = doc["benchmarks"]
+    assert bench["stats"]["rounds"] == 3
+    assert bench["extra_info"]["perfgate_workload"] == "c16-in32-out16"
+    assert bench["extra_info"]["perfgate_median"]["output_throughput"] > 0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -38,16 +38,34 @@ def perf_server(perf_session: GateSession) -> RunningServer:
         pytest.fail(str(e), pytrace=False)
 
 
+def _benchmark_rounds(benchmark: Any, first_run: bool) -> Callable[[Callable[[], None], int], None] | None:
+    """Run the repeats as pytest-benchmark rounds, so its JSON storage and ``compare`` see each
+    repeat's wall time; None (plain loop) when benchmarking is off or the workload already ran."""
+    if not first_run or benchmark is None or not getattr(benchmark, "enabled", False):
+        return None
+
+    def rounds(one_repeat: Callable[[], None], n: int) -> None:
+        benchmark.pedantic(one_repeat, rounds=n, iterations=1, warmup_rounds=0)
+
+    return rounds
+
+
 @pytest.fixture
 def perf_result(
     request: pytest.FixtureRequest, perf_session: GateSession, perf_server: RunningServer, perf_workload: Workload
 ) -> WorkloadResult:
     """The judged result of ``perf_workload``: run once per session, shared by every test of that workload."""
     progress = ProgressLine(request.config, perf_workload.name)
+    first = perf_workload.name not in perf_session.results and perf_workload.name not in perf_session.failures
+    benchmark = request.getfixturevalue("benchmark") if first and _has_benchmark(request) else None
     try:
-        result = perf_session.run(perf_workload, on_progress=progress)
+        result = perf_session.run(perf_workload, on_progress=progress, repeat_runner=_benchmark_rounds(benchmark, first))
     except PerfgateError as e:
         pytest.fail(str(e), pytrace=False)
+    if benchmark is not None:
+        benchmark.extra_info.update(
+            {"perfgate_workload": perf_workload.name, "perfgate_median": result.verdict_medians(), "unit": "seconds per repeat"}
+        )
     for name, value in sorted(result.repeats[-1].values().items()):
         request.node.user_properties.append((f"perf.{name}", round(value, 4)))
     return result
@@ -57,3 +75,7 @@ def perf_result(
 def perf_gate(perf_result: WorkloadResult, perf_session: GateSession) -> Gate:
     """Asserts one category (throughput, latency, power) of the workload's verdict."""
     return Gate(perf_result, perf_session.telemetry_note)
+
+
+def _has_benchmark(request: pytest.FixtureRequest) -> bool:
+    return request.config.pluginmanager.hasplugin("benchmark")

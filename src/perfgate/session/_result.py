@@ -73,3 +73,7 @@ class WorkloadResult:
 
     def values(self) -> list[dict[str, float]]:
         return [r.values() for r in self.repeats]
+
+    def verdict_medians(self) -> dict[str, float | None]:
+        """Median over repeats of every gated metric (None where not measured)."""
+        return {v.metric: v.measured for v in self.verdict.metrics}

@@ -22,6 +22,14 @@ from perfgate.telemetry import NotMeasured, open_monitor
 from perfgate.verdict import MetricRule, judge, rules_for
 
 
+RepeatRunner = Callable[[Callable[[], None], int], None]
+
+
+def _call_n_times(fn: Callable[[], None], n: int) -> None:
+    for _ in range(n):
+        fn()
+
+
 @dataclass(frozen=True)
 class SessionOptions:
     baselines_dir: Path
@@ -102,24 +110,36 @@ class GateSession:
     def repeats_for(self, workload: Workload) -> int:
         return self.options.repeats or self.profile.repeats_for(workload)
 
-    def run(self, workload: Workload, on_progress: Callable[[Progress], None] | None = None) -> WorkloadResult:
-        """Run (once per session) and judge ``workload``; later calls return the cached result."""
+    def run(
+        self,
+        workload: Workload,
+        on_progress: Callable[[Progress], None] | None = None,
+        repeat_runner: RepeatRunner | None = None,
+    ) -> WorkloadResult:
+        """Run (once per session) and judge ``workload``; later calls return the cached result.
+
+        ``repeat_runner(one_repeat, n)`` must call ``one_repeat`` n times; the plugin passes
+        pytest-benchmark's pedantic mode so each repeat is also a timed benchmark round.
+        """
         if workload.name in self.failures:
             raise self.failures[workload.name]
         if workload.name in self.results:
             return self.results[workload.name]
         try:
-            result = self._run(workload, on_progress)
+            result = self._run(workload, on_progress, repeat_runner or _call_n_times)
         except PerfgateError as e:
             self.failures[workload.name] = e
             raise
         self.results[workload.name] = result
         return result
 
-    def _run(self, workload: Workload, on_progress: Callable[[Progress], None] | None) -> WorkloadResult:
+    def _run(
+        self, workload: Workload, on_progress: Callable[[Progress], None] | None, repeat_runner: RepeatRunner
+    ) -> WorkloadResult:
         server = self.server()
-        repeats = []
-        for r in range(self.repeats_for(workload)):
+        repeats: list[RepeatResult] = []
+
+        def one_repeat() -> None:
             load = run_workload(
                 server.base_url,
                 workload,
@@ -127,10 +147,15 @@ class GateSession:
                 api_key_env=self.profile.server.api_key_env,
                 limits=self.options.client_limits,
                 on_progress=on_progress,
-                repeat=r,
+                repeat=len(repeats),
             )
             metrics = compute_metrics(load, target_concurrency=min(workload.concurrency, workload.num_prompts))
             repeats.append(self._with_telemetry(load, metrics))
+
+        n = self.repeats_for(workload)
+        repeat_runner(one_repeat, n)
+        if len(repeats) != n:
+            raise PerfgateError(f"workload {workload.name}: {len(repeats)} of {n} repeats ran; the repeat runner must run each once")
         invalid = self._invalid_reasons(workload, repeats)
         fingerprint = self._fingerprint(server, workload)
         baseline = self.store.load(self.profile.name, workload.name, fingerprint)
