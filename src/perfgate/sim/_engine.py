@@ -21,6 +21,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
+from array import array
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -100,9 +101,10 @@ class Engine:
         self.config = config
         self._rng = random.Random(config.seed)
         self._drift_x = 0.0
-        self._input_len: list[int] = []
-        self._output_len: list[int] = []
-        self._alive: list[bool] = []
+        # Per request, compact: a server lives through millions of requests.
+        self._input_len = array("q")
+        self._output_len = array("q")
+        self._alive = bytearray()
         self._waiting: deque[int] = deque()
         # The request whose prefill is partially done, and how many of its tokens are.
         self._chunked: int = -1
@@ -123,7 +125,7 @@ class Engine:
         rid = len(self._input_len)
         self._input_len.append(input_len)
         self._output_len.append(output_len)
-        self._alive.append(True)
+        self._alive.append(1)
         self._waiting.append(rid)
         return rid
 
@@ -145,7 +147,7 @@ class Engine:
         """Drop a request wherever it is (a client went away); frees its KV reservation."""
         if not self._alive[rid]:
             return
-        self._alive[rid] = False
+        self._alive[rid] = 0
         if rid in self._running:
             del self._running[rid]  # its heap entry is skipped lazily
             self._release(rid)
@@ -246,7 +248,7 @@ class Engine:
             remaining = output_len[rid] - 1
             if remaining == 0:
                 finished.append(rid)
-                alive[rid] = False
+                alive[rid] = 0
                 self._release(rid)
             else:
                 self._running[rid] = decode_steps + remaining
@@ -265,7 +267,7 @@ class Engine:
             _, rid = heapq.heappop(heap)
             if running.get(rid) == now:
                 del running[rid]
-                self._alive[rid] = False
+                self._alive[rid] = 0
                 self._release(rid)
                 finished.append(rid)
         self.generated_tokens += len(tokens_for)
