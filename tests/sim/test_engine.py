@@ -45,7 +45,7 @@ def test_slowdown_and_time_scale_multiply_every_step_time() -> None:
     slow = _step_times(SimConfig(slowdown=1.1))
     fast = _step_times(SimConfig(time_scale=0.01))
     assert len(base) == len(slow) == len(fast)
-    for b, s, f in zip(base, slow, fast):
+    for b, s, f in zip(base, slow, fast, strict=True):
         assert s == pytest.approx(1.1 * b, rel=1e-12)
         assert f == pytest.approx(0.01 * b, rel=1e-12)
 

@@ -12,7 +12,6 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 
-
 def sse(client: httpx.Client, path: str, body: dict[str, object]) -> list[object]:
     """POST and return the decoded data events; [DONE] as the string "[DONE]"."""
     events: list[object] = []

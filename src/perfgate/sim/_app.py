@@ -15,24 +15,45 @@ from perfgate.sim._metrics import render_metrics
 from perfgate.sim._server import (
     CHAT_TOKENS_PER_MESSAGE,
     CHAT_TOKENS_PER_PROMPT,
+    JSON_DUMPS,
     VERSION,
+    ChatReq,
+    CompletionReq,
+    GenerateReq,
+    Req,
     SimServer,
-    _BadRequest,
-    _ChatReq,
-    _CompletionReq,
-    _error_400,
-    _GenerateReq,
-    _int_field,
-    _JSON_DUMPS,
-    _Req,
     log,
 )
 
 _SERVER: web.AppKey[SimServer] = web.AppKey("sim", SimServer)
 
 
+class _BadRequest(Exception):
+    """A request the simulator refuses with HTTP 400, as SGLang would."""
+
+
+def _error_400(message: str, openai: bool) -> web.Response:
+    body: dict[str, object]
+    if openai:
+        body = {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400}
+    else:
+        body = {"error": {"message": message}}
+    return web.json_response(body, status=400, dumps=JSON_DUMPS)
+
+
+def _int_field(obj: dict[str, Any], key: str, default: int | None, low: int) -> int | None:
+    value = obj.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _BadRequest(f"{key} must be an integer, got {value!r}")
+    if value < low:
+        raise _BadRequest(f"{key} must be >= {low}, got {value}")
+    return value
+
+
 def _json(body: object, status: int = 200) -> web.Response:
-    return web.json_response(body, status=status, dumps=_JSON_DUMPS)
+    return web.json_response(body, status=status, dumps=JSON_DUMPS)
 
 
 def _srv(request: web.Request) -> SimServer:
@@ -260,11 +281,11 @@ def _include_usage(body: dict[str, Any]) -> bool:
     return isinstance(options, dict) and options.get("include_usage") is True
 
 
-async def _generation(request: web.Request, kind: type[_Req]) -> web.StreamResponse:
+async def _generation(request: web.Request, kind: type[Req]) -> web.StreamResponse:
     arrival = time.monotonic()
     srv = _srv(request)
     opts = srv.opts
-    openai = kind is not _GenerateReq
+    openai = kind is not GenerateReq
     srv.seq += 1
     seq = srv.seq
     if opts.crash_after_requests and seq >= opts.crash_after_requests:
@@ -279,13 +300,14 @@ async def _generation(request: web.Request, kind: type[_Req]) -> web.StreamRespo
                       "type": "InternalServerError", "param": None, "code": 500}, status=500)
     try:
         body = await _read_json(request)
-        parse = {_GenerateReq: _parse_generate, _CompletionReq: _parse_completion, _ChatReq: _parse_chat}[kind]
+        parse = {GenerateReq: _parse_generate, CompletionReq: _parse_completion, ChatReq: _parse_chat}[kind]
         prompt_tokens, out_len, stream = parse(body, opts.vocab_size)
     except _BadRequest as err:
-        if kind is _GenerateReq:
+        if kind is GenerateReq:
             return _json({"error": str(err)}, status=400)
         return _error_400(str(err), openai=True)
-    model = body.get("model") if isinstance(body.get("model"), str) else opts.served_model_name
+    requested_model = body.get("model")
+    model = requested_model if isinstance(requested_model, str) else opts.served_model_name
     req = kind(srv, seq, stream, prompt_tokens, out_len, model)
     req.arrival = arrival
     req.include_usage = _include_usage(body)
@@ -324,15 +346,15 @@ async def _generation(request: web.Request, kind: type[_Req]) -> web.StreamRespo
 
 
 async def generate(request: web.Request) -> web.StreamResponse:
-    return await _generation(request, _GenerateReq)
+    return await _generation(request, GenerateReq)
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
-    return await _generation(request, _CompletionReq)
+    return await _generation(request, CompletionReq)
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    return await _generation(request, _ChatReq)
+    return await _generation(request, ChatReq)
 
 
 def build_app(srv: SimServer) -> web.Application:

@@ -176,7 +176,7 @@ def render_dcgm(gpus: tuple[SimGpu, ...], model: PowerModel, now_s: float, new_n
     for name, kind, help_text, values in series:
         lines.append(f"# HELP {name} {help_text}")
         lines.append(f"# TYPE {name} {kind}")
-        for label, value in zip(labels, values):
+        for label, value in zip(labels, values, strict=True):
             lines.append(f"{name}{{{label}}} {_fmt(value)}")
     return "\n".join(lines) + "\n"
 

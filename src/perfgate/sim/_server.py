@@ -42,11 +42,11 @@ EOS_TOKEN_ID = 151329
 WORD = b" tok"
 _WORD_LEN = len(WORD)
 
-_JSON_DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+JSON_DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
-def _jbytes(value: object) -> bytes:
-    return _JSON_DUMPS(value).encode()
+def jbytes(value: object) -> bytes:
+    return JSON_DUMPS(value).encode()
 
 
 class _Tapes:
@@ -81,7 +81,7 @@ class _Tapes:
         return [self.token_id(i) for i in range(n)]
 
 
-class _Req:
+class Req:
     """One generation request; subclasses know their API's chunk shapes."""
 
     __slots__ = (
@@ -161,6 +161,10 @@ class _Req:
         return (WORD * self.n).decode()
 
     # -- API specific ---------------------------------------------------------------
+    def prepare(self) -> None:
+        """Build the byte pieces every chunk of this request shares."""
+        raise NotImplementedError
+
     def chunk(self, n: int) -> bytes:
         raise NotImplementedError
 
@@ -171,7 +175,7 @@ class _Req:
         raise NotImplementedError
 
 
-class _GenerateReq(_Req):
+class GenerateReq(Req):
     """SGLang's native /generate: cumulative text and output_ids in every chunk."""
 
     __slots__ = ()
@@ -209,10 +213,10 @@ class _GenerateReq(_Req):
                 "meta_info": self.meta_info(now)}
 
     def final_chunks(self, now: float) -> bytes:
-        return b"data: " + _jbytes(self.response(now)) + b"\n\n"
+        return b"data: " + jbytes(self.response(now)) + b"\n\n"
 
 
-class _CompletionReq(_Req):
+class CompletionReq(Req):
     """OpenAI /v1/completions: text deltas; finish_reason on the last content chunk."""
 
     __slots__ = ()
@@ -220,7 +224,7 @@ class _CompletionReq(_Req):
     def prepare(self) -> None:
         self._mid = (
             b'data: {"id":"' + self.rid.encode() + b'","object":"text_completion","created":%d'
-            % self.created + b',"model":' + _jbytes(self.model) + b',"choices":[{"index":0,"text":"'
+            % self.created + b',"model":' + jbytes(self.model) + b',"choices":[{"index":0,"text":"'
         )
 
     def chunk(self, n: int) -> bytes:
@@ -246,11 +250,11 @@ class _CompletionReq(_Req):
                          "finish_reason": self._finish_type(), "matched_stop": self._matched()}],
             "usage": None,
         }
-        out = b"data: " + _jbytes(last) + b"\n\n"
+        out = b"data: " + jbytes(last) + b"\n\n"
         if self.include_usage:
             usage = {"id": self.rid, "object": "text_completion", "created": self.created,
                      "model": self.model, "choices": [], "usage": self.usage()}
-            out += b"data: " + _jbytes(usage) + b"\n\n"
+            out += b"data: " + jbytes(usage) + b"\n\n"
         return out
 
     def response(self, now: float) -> object:
@@ -263,7 +267,7 @@ class _CompletionReq(_Req):
         }
 
 
-class _ChatReq(_CompletionReq):
+class ChatReq(CompletionReq):
     """OpenAI /v1/chat/completions: a role chunk, content deltas, a finish chunk, usage."""
 
     __slots__ = ()
@@ -271,7 +275,7 @@ class _ChatReq(_CompletionReq):
     def prepare(self) -> None:
         self._mid = (
             b'data: {"id":"' + self.rid.encode() + b'","object":"chat.completion.chunk","created":%d'
-            % self.created + b',"model":' + _jbytes(self.model) + b',"choices":[{"index":0,"delta":'
+            % self.created + b',"model":' + jbytes(self.model) + b',"choices":[{"index":0,"delta":'
         )
 
     _TAIL = b',"logprobs":null,"finish_reason":null,"matched_stop":null}]}\n\n'
@@ -293,12 +297,12 @@ class _ChatReq(_CompletionReq):
             "choices": [{"index": 0, "delta": {"reasoning_content": None}, "logprobs": None,
                          "finish_reason": self._finish_type(), "matched_stop": self._matched()}],
         }
-        out += b"data: " + _jbytes(finish) + b"\n\n"
+        out += b"data: " + jbytes(finish) + b"\n\n"
         if self.include_usage:
             usage = dict(self.usage(), prompt_tokens_details=None, completion_tokens_details=None)
             chunk = {"id": self.rid, "object": "chat.completion.chunk", "created": self.created,
                      "model": self.model, "choices": [], "usage": usage}
-            out += b"data: " + _jbytes(chunk) + b"\n\n"
+            out += b"data: " + jbytes(chunk) + b"\n\n"
         return out
 
     def response(self, now: float) -> object:
@@ -313,29 +317,6 @@ class _ChatReq(_CompletionReq):
         }
 
 
-class _BadRequest(Exception):
-    """A request the simulator refuses with HTTP 400, as SGLang would."""
-
-
-def _error_400(message: str, openai: bool) -> web.Response:
-    if openai:
-        body = {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400}
-    else:
-        body = {"error": {"message": message}}
-    return web.json_response(body, status=400, dumps=_JSON_DUMPS)
-
-
-def _int_field(obj: dict[str, Any], key: str, default: int | None, low: int) -> int | None:
-    value = obj.get(key, default)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _BadRequest(f"{key} must be an integer, got {value!r}")
-    if value < low:
-        raise _BadRequest(f"{key} must be >= {low}, got {value}")
-    return value
-
-
 class _Truth:
     """Finished requests as compact columns (time.monotonic() seconds)."""
 
@@ -346,7 +327,7 @@ class _Truth:
         self.finish = array("d")
         self.outputs = array("q")
 
-    def add(self, req: _Req, now: float) -> None:
+    def add(self, req: Req, now: float) -> None:
         self.seq.append(req.seq)
         self.arrival.append(req.arrival)
         self.first.append(req.first_t)
@@ -401,7 +382,7 @@ class SimServer:
         self.power = PowerModel(opts.idle_power_w, opts.full_power_w, time.monotonic())
         self.rid_prefix = uuid.UUID(int=random.Random(f"perfgate-sim-rid-{opts.seed}").getrandbits(128)).hex[:24]
         self.fault_rng = random.Random(f"perfgate-sim-faults-{opts.seed}")
-        self.reqs: dict[int, _Req] = {}
+        self.reqs: dict[int, Req] = {}
         self.seq = 0
         self.ready = False
         self.startup_time = time.time()
@@ -479,7 +460,7 @@ class SimServer:
             while window and window[0][0] < now - 5.0:
                 window.popleft()
 
-    def submit(self, req: _Req, input_len: int) -> None:
+    def submit(self, req: Req, input_len: int) -> None:
         """Queue ``req`` in the engine (ValueError if it can never run)."""
         req.eid = self.engine.submit(input_len, req.out_len)
         req.prepare()
@@ -487,7 +468,7 @@ class SimServer:
         self._idle.clear()
         self._wake.set()
 
-    def finish(self, req: _Req, now: float, outcome: str) -> None:
+    def finish(self, req: Req, now: float, outcome: str) -> None:
         """The request is over (``outcome``: ok, error, truncated, gone)."""
         if outcome != "ok":
             self.engine.abort(req.eid)
@@ -503,19 +484,19 @@ class SimServer:
         if not req.done.done():
             req.done.set_result(outcome)
 
-    def fail_midway(self, req: _Req, now: float) -> None:
+    def fail_midway(self, req: Req, now: float) -> None:
         if req.fault == "error":
             if req.stream:
                 error = {"error": {"message": "perfgate.sim injected a mid-stream error",
                                    "type": "invalid_request_error", "code": 400, "retryable": False}}
-                req.send(b"data: " + _jbytes(error) + b"\n\ndata: [DONE]\n\n")
+                req.send(b"data: " + jbytes(error) + b"\n\ndata: [DONE]\n\n")
             self.finish(req, now, "error")
         else:
             if req.transport is not None:
                 req.transport.close()
             self.finish(req, now, "truncated")
 
-    def client_gone(self, req: _Req) -> None:
+    def client_gone(self, req: Req) -> None:
         self.finish(req, time.monotonic(), "gone")
 
     # -- readings -------------------------------------------------------------------
