@@ -441,6 +441,7 @@ class SimServer:
                 self._idle.set()
                 self._wake.clear()
                 await self._wake.wait()
+                deadline = -math.inf  # idle time is not owed to the next step
                 continue
             self._idle.clear()
             start = loop.time()
