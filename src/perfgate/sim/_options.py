@@ -110,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m perfgate.sim",
         description="An SGLang-compatible LLM serving simulator (perfgate).",
         allow_abbrev=False,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
 
     def flag(name: str, help_text: str | None = None) -> None:
