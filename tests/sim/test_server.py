@@ -255,3 +255,17 @@ def test_truth_reports_server_side_times(fast_sim: Any) -> None:
     assert agg["completed"] == 1 and agg["output_tokens"] == 9
     expected_tpot = (reqs["finish_s"][0] - reqs["first_token_s"][0]) / 8 * 1e3
     assert agg["mean_tpot_ms"] == pytest.approx(expected_tpot)
+
+
+def test_client_disconnect_frees_the_request(fast_sim: Any) -> None:
+    body = {"input_ids": [1], "stream": True, "sampling_params": {"max_new_tokens": 100_000 - 1}}
+    with httpx.Client(base_url=fast_sim.url, timeout=30) as c:
+        with c.stream("POST", "/generate", json=body) as resp:
+            lines = resp.iter_lines()
+            assert next(lines).startswith("data: ")
+        # Closed after one chunk: the engine notices at its next write and drops the request.
+        deadline = time.monotonic() + 10
+        while 'sglang:num_running_reqs{model_name="sim/GLM-5-NVFP4"} 0.0' not in c.get("/metrics").text:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert c.post("/generate", json={"input_ids": [1], "sampling_params": {"max_new_tokens": 2}}).status_code == 200
