@@ -331,34 +331,48 @@ class SimRun:
     steps: int
 
 
-def simulate(config: SimConfig, arrivals: Sequence[tuple[float, int, int]]) -> SimRun:
+def simulate(
+    config: SimConfig,
+    arrivals: Sequence[tuple[float, int, int]],
+    *,
+    max_concurrency: int | None = None,
+) -> SimRun:
     """Run the engine in virtual time.
 
     ``arrivals``: (arrival time s, input tokens, output tokens) per request; a request that
-    arrives while a step runs joins at the next step, as on the server. Throughputs are
-    tokens per second over [first arrival, last finish], like bench_serving's duration.
+    arrives while a step runs joins at the next step, as on the server. ``max_concurrency``
+    models bench_serving's semaphore: an arrived request waits client-side until fewer than
+    that many are in flight, and its TTFT/latency count from when it is sent. Throughputs
+    are per second over [first arrival, last finish], like bench_serving's duration.
     """
     if not arrivals:
         raise ValueError("simulate() needs at least one arrival")
+    if max_concurrency is not None and max_concurrency < 1:
+        raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+    limit = max_concurrency or len(arrivals)
     order = sorted(range(len(arrivals)), key=lambda i: arrivals[i][0])
     engine = Engine(config)
     n = len(arrivals)
     t0 = arrivals[order[0]][0]
-    arrival_of = [0.0] * n
+    sent_at = [0.0] * n
     first = [math.nan] * n
     done = [math.nan] * n
     rid_to_idx: list[int] = []
     now = t0
     nxt = 0
+    in_flight = 0
+    # When a semaphore slot last opened up: a request that arrived before it waited for it.
+    slot_opened_at = -math.inf
     steps = 0
     while True:
-        while nxt < n and arrivals[order[nxt]][0] <= now:
+        while nxt < n and in_flight < limit and arrivals[order[nxt]][0] <= now:
             idx = order[nxt]
             arrival, in_len, out_len = arrivals[idx]
-            arrival_of[idx] = arrival
+            sent_at[idx] = max(arrival, slot_opened_at)
             engine.submit(in_len, out_len)
             rid_to_idx.append(idx)
             nxt += 1
+            in_flight += 1
         step = engine.step()
         if step is None:
             if nxt >= n:
@@ -372,8 +386,11 @@ def simulate(config: SimConfig, arrivals: Sequence[tuple[float, int, int]]) -> S
                 first[rid_to_idx[rid]] = now
         for rid in step.finished:
             done[rid_to_idx[rid]] = now
-    ttft = tuple(first[i] - arrival_of[i] for i in range(n))
-    latency = tuple(done[i] - arrival_of[i] for i in range(n))
+        if step.finished and in_flight >= limit:
+            slot_opened_at = now
+        in_flight -= len(step.finished)
+    ttft = tuple(first[i] - sent_at[i] for i in range(n))
+    latency = tuple(done[i] - sent_at[i] for i in range(n))
     outs = tuple(a[2] for a in arrivals)
     tpot = tuple(
         (latency[i] - ttft[i]) / (outs[i] - 1) * 1e3 if outs[i] > 1 else math.nan for i in range(n)
