@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ import httpx
 import pytest
 
 from perfgate.sim._options import parse_options
+from perfgate.sim._server import plan_faults
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 FAST = ("--time-scale", "0.01", "--startup-delay-s", "0")
@@ -162,3 +164,17 @@ def test_zero_cost_still_streams_everything(sim_factory) -> None:
     sim = sim_factory("--zero-cost", "true", "--startup-delay-s", "0")
     lines = _stream_lines(sim.url + "/generate", dict(GEN, sampling_params={"max_new_tokens": 50}))
     assert len(lines) == 51 and lines[-1] == "data: [DONE]"
+
+
+def test_fault_choices_depend_on_seed_and_request_order_only() -> None:
+    opts = parse_options(["--error-chunk-rate", "0.3", "--truncate-rate", "0.2"], {})
+    def plans(seed: int) -> list[object]:
+        rng = random.Random(seed)
+        return [plan_faults(rng, opts) for _ in range(500)]
+
+    again = plans(9)
+    assert plans(9) == again
+    assert plans(10) != again
+    assert 0.2 < sum(p.error_chunk for p in again) / 500 < 0.4
+    assert 0.1 < sum(p.truncate for p in again) / 500 < 0.3
+    assert not any(p.http_error or p.short for p in again)

@@ -23,6 +23,7 @@ from perfgate.sim._server import (
     Req,
     SimServer,
     log,
+    plan_faults,
 )
 
 _SERVER: web.AppKey[SimServer] = web.AppKey("sim", SimServer)
@@ -292,10 +293,8 @@ async def _generation(request: web.Request, kind: type[Req]) -> web.StreamRespon
         log(f"perfgate.sim: crashing on request {seq} (--crash-after-requests)")
         sys.stderr.flush()
         os._exit(1)
-    # One draw per knob and request, whatever the rates, so choices depend on the seed only.
-    rng = srv.fault_rng
-    draws = [rng.random() for _ in range(4)]
-    if draws[0] < opts.http_error_rate:
+    faults = plan_faults(srv.fault_rng, opts)
+    if faults.http_error:
         return _json({"object": "error", "message": "perfgate.sim injected an internal error",
                       "type": "InternalServerError", "param": None, "code": 500}, status=500)
     try:
@@ -311,12 +310,13 @@ async def _generation(request: web.Request, kind: type[Req]) -> web.StreamRespon
     req = kind(srv, seq, stream, prompt_tokens, out_len, model)
     req.arrival = arrival
     req.include_usage = _include_usage(body)
-    if draws[3] < opts.short_rate and out_len > 1:
+    if faults.short and out_len > 1:
         req.short = True
         req.out_len = out_len // 2
-    if draws[1] < opts.error_chunk_rate:
+    # Mid-stream: after about half of the tokens.
+    if faults.error_chunk:
         req.fault, req.fault_at = "error", req.out_len // 2 + 1
-    elif draws[2] < opts.truncate_rate:
+    elif faults.truncate:
         req.fault, req.fault_at = "truncate", req.out_len // 2 + 1
     try:
         srv.engine.check(prompt_tokens, req.out_len)

@@ -21,7 +21,7 @@ import traceback
 import uuid
 from array import array
 from collections import deque
-from typing import Any
+from typing import Any, NamedTuple
 
 from aiohttp import web
 
@@ -315,6 +315,27 @@ class ChatReq(CompletionReq):
                          "matched_stop": self._matched()}],
             "usage": usage, "metadata": None,
         }
+
+
+class FaultPlan(NamedTuple):
+    """Which injected faults hit one request."""
+
+    http_error: bool
+    error_chunk: bool
+    truncate: bool
+    short: bool
+
+
+def plan_faults(rng: random.Random, opts: SimOptions) -> FaultPlan:
+    """One draw per knob and request, whatever the rates, so the choices for the N-th
+    request depend on the seed and N only."""
+    draws = [rng.random() for _ in range(4)]
+    return FaultPlan(
+        http_error=draws[0] < opts.http_error_rate,
+        error_chunk=draws[1] < opts.error_chunk_rate,
+        truncate=draws[2] < opts.truncate_rate,
+        short=draws[3] < opts.short_rate,
+    )
 
 
 class _Truth:
