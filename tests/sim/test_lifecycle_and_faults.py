@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import socket
 import subprocess
 import sys
 import time
@@ -202,3 +203,18 @@ def test_fault_choices_depend_on_seed_and_request_order_only() -> None:
     assert 0.2 < sum(p.error_chunk for p in again) / 500 < 0.4
     assert 0.1 < sum(p.truncate for p in again) / 500 < 0.3
     assert not any(p.http_error or p.short for p in again)
+
+
+def test_port_in_use_exits_1_without_claiming_readiness() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "perfgate.sim", "--host", "127.0.0.1", "--port", str(port),
+             "--startup-delay-s", "0"],
+            env={"PYTHONPATH": SRC}, capture_output=True, text=True, timeout=30,
+        )
+    assert proc.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in proc.stderr
+    assert "ready to roll" not in proc.stdout

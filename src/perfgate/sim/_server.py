@@ -416,7 +416,11 @@ class SimServer:
     # -- lifecycle ------------------------------------------------------------------
     async def start(self, app: web.Application) -> None:
         self._tasks.append(asyncio.create_task(self._engine_loop()))
-        self._tasks.append(asyncio.create_task(self._warmup()))
+
+    def on_listening(self, message: str) -> None:
+        """Called once the port is bound (aiohttp's ``run_app(print=...)`` hook): only then
+        may the warmup end in the ready line, which launchers take as "serving"."""
+        self._tasks.append(asyncio.get_running_loop().create_task(self._warmup()))
 
     async def stop(self, app: web.Application) -> None:
         for task in self._tasks:
