@@ -155,9 +155,7 @@ class Engine:
             self._chunked = -1
             self._chunked_done = 0
             self._release(rid)
-        else:
-            # Still waiting: skipped lazily when it reaches the head of the queue.
-            pass
+        # A waiting request holds nothing; it is skipped when it reaches the queue's head.
 
     def _release(self, rid: int) -> None:
         self._admitted -= 1
