@@ -134,8 +134,23 @@ def test_chat_stream_and_non_stream(client: httpx.Client) -> None:
     assert body["usage"]["completion_tokens"] == 2
 
 
-def test_stream_interval(sim_factory) -> None:
-    sim = sim_factory("--time-scale", "0.01", "--startup-delay-s", "0", "--stream-interval", "4")
+@pytest.fixture(scope="module")
+def four_gpu_sims(launch_sim):
+    """Four simulated GPUs, the last one idle, in both DCGM name generations (started together)."""
+    common = ("--time-scale", "0.01", "--startup-delay-s", "0", "--gpus", "4", "--idle-gpus", "1",
+              "--stream-interval", "4")
+    sims = {gen: launch_sim(*common, "--dcgm-names", gen) for gen in ("classic", "new")}
+    try:
+        for sim in sims.values():
+            sim.wait_ready()
+        yield sims
+    finally:
+        for sim in sims.values():
+            sim.stop()
+
+
+def test_stream_interval(four_gpu_sims) -> None:
+    sim = four_gpu_sims["classic"]
     with httpx.Client(base_url=sim.url) as c:
         events = sse(c, "/generate", {"input_ids": [1], "stream": True, "sampling_params": {"max_new_tokens": 10}})
     counts = [e["meta_info"]["completion_tokens"] for e in events[:-1]]
@@ -212,9 +227,8 @@ def test_metrics_parse_with_sglang_names(client: httpx.Client) -> None:
 
 
 @pytest.mark.parametrize("generation", ["classic", "new"])
-def test_dcgm_metrics_parse(sim_factory, generation: str) -> None:
-    sim = sim_factory("--time-scale", "0.01", "--startup-delay-s", "0", "--dcgm-names", generation,
-                      "--gpus", "4", "--idle-gpus", "1")
+def test_dcgm_metrics_parse(four_gpu_sims, generation: str) -> None:
+    sim = four_gpu_sims[generation]
     with httpx.Client(base_url=sim.url) as c:
         first = _families(c.get("/dcgm/metrics").text)
         c.post("/generate", json={"input_ids": [1] * 100, "sampling_params": {"max_new_tokens": 200}})
