@@ -123,13 +123,15 @@ def fidelity() -> dict[str, float]:
         streams = asyncio.run(drive(url, *ENDPOINTS["generate"]))
         wall = max(r[2] for r in streams) - t0
         with urllib.request.urlopen(url + "/sim/truth") as resp:
-            truth = json.load(resp)["aggregates"]
+            report = json.load(resp)
+        truth = report["aggregates"]
     model = simulate(SimConfig(), [(0.0, INPUT, OUTPUT)] * CONCURRENCY)
     client_tpot = [(last - first) / (OUTPUT - 1) for _, first, last, _ in streams]
     out = {
         "simulate_total_tok_s": round(model.total_throughput, 1),
         "simulate_mean_tpot_ms": round(model.mean_tpot_ms, 1),
         "simulate_mean_ttft_ms": round(model.mean_ttft_ms, 1),
+        "server_engine_lost_s": round(report["engine"]["lost_s"] / scale, 1),
         "server_truth_mean_tpot_ms": round(truth["mean_tpot_ms"] / scale, 1),
         "server_truth_mean_ttft_ms": round(truth["mean_ttft_ms"] / scale, 1),
         "client_total_tok_s": round(CONCURRENCY * (INPUT + OUTPUT) / wall * scale, 1),

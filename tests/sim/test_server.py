@@ -265,6 +265,7 @@ def test_truth_reports_server_side_times(fast_sim: Any) -> None:
     reqs = truth["requests"]
     assert len(reqs["id"]) == 1 and reqs["output_tokens"] == [9]
     assert since <= reqs["arrival_s"][0] <= reqs["first_token_s"][0] <= reqs["finish_s"][0] <= time.monotonic()
+    assert truth["engine"]["steps"] >= 9 and truth["engine"]["lost_s"] >= 0
     agg = truth["aggregates"]
     assert agg["completed"] == 1 and agg["output_tokens"] == 9
     expected_tpot = (reqs["finish_s"][0] - reqs["first_token_s"][0]) / 8 * 1e3

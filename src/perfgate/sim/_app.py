@@ -182,7 +182,10 @@ async def truth(request: web.Request) -> web.Response:
         since = float(request.query.get("since", "-inf"))
     except ValueError:
         return _error_400("since must be a time.monotonic() value in seconds", openai=False)
-    return _json(srv.truth.report(srv.rid_prefix, since))
+    report = srv.truth.report(srv.rid_prefix, since)
+    # Wall seconds the engine fell behind its step deadlines (a starved simulator).
+    report["engine"] = {"steps": srv.steps, "lost_s": srv.lost_s}
+    return _json(report)
 
 
 # -- generation ----------------------------------------------------------------------

@@ -412,6 +412,8 @@ class SimServer:
         self._idle.set()
         self._gen_window: deque[tuple[float, int]] = deque()
         self._tasks: list[asyncio.Task[None]] = []
+        self.steps = 0
+        self.lost_s = 0.0
 
     # -- lifecycle ------------------------------------------------------------------
     async def start(self, app: web.Application) -> None:
@@ -471,10 +473,15 @@ class SimServer:
             self._idle.clear()
             start = loop.time()
             if deadline < start - MAX_LAG_S:
+                if deadline > -math.inf:
+                    # Starved of CPU for longer than catching up would hide: these
+                    # seconds are added to the model's time, and reported.
+                    self.lost_s += start - deadline
                 deadline = start
             if step.duration_s > 0:
                 self.power.set_busy(True, start)
             deadline += step.duration_s
+            self.steps += 1
             await asyncio.sleep(deadline - start)
             now = time.monotonic()
             get = reqs.get
