@@ -33,13 +33,16 @@ class _BadRequest(Exception):
     """A request the simulator refuses with HTTP 400, as SGLang would."""
 
 
+def _json(body: object, status: int = 200) -> web.Response:
+    return web.json_response(body, status=status, dumps=JSON_DUMPS)
+
+
 def _error_400(message: str, openai: bool) -> web.Response:
-    body: dict[str, object]
+    """OpenAI routes answer an ErrorResponse; native routes ``{"error": {"message": ...}}``."""
     if openai:
-        body = {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400}
-    else:
-        body = {"error": {"message": message}}
-    return web.json_response(body, status=400, dumps=JSON_DUMPS)
+        return _json({"object": "error", "message": message, "type": "BadRequestError", "param": None,
+                      "code": 400}, status=400)
+    return _json({"error": {"message": message}}, status=400)
 
 
 def _int_field(obj: dict[str, Any], key: str, default: int | None, low: int) -> int | None:
@@ -51,10 +54,6 @@ def _int_field(obj: dict[str, Any], key: str, default: int | None, low: int) -> 
     if value < low:
         raise _BadRequest(f"{key} must be >= {low}, got {value}")
     return value
-
-
-def _json(body: object, status: int = 200) -> web.Response:
-    return web.json_response(body, status=status, dumps=JSON_DUMPS)
 
 
 def _srv(request: web.Request) -> SimServer:
