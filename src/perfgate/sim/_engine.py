@@ -308,10 +308,11 @@ class Engine:
 
 @dataclass(frozen=True)
 class SimRun:
-    """Result of :func:`simulate`. Times in seconds from the first arrival, except *_ms.
+    """Result of :func:`simulate`: durations in seconds (``*_ms``: milliseconds),
+    throughputs in per second.
 
-    Per-request tuples are in arrival order. ``tpot_ms`` is NaN for one-token requests
-    (bench_serving leaves them out of TPOT); the means skip those.
+    Per-request tuples follow the order of ``arrivals``. ``tpot_ms`` is NaN for one-token
+    requests (bench_serving leaves them out of TPOT); the means skip those.
     """
 
     ttft_s: tuple[float, ...]
