@@ -7,7 +7,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,6 +88,13 @@ def start_sim(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> 
             text=True,
         )
     return Sim(proc, port, log_path)
+
+
+@pytest.fixture(scope="session")
+def launch_sim(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Sim]:
+    """``start_sim`` for module-scoped fixtures: start several, then wait for them together."""
+    logs = tmp_path_factory.mktemp("sims")
+    return lambda *args, env=None: start_sim(logs, *args, env=env)
 
 
 @pytest.fixture

@@ -45,7 +45,7 @@ def test_slowdown_and_time_scale_multiply_every_step_time() -> None:
     slow = _step_times(SimConfig(slowdown=1.1))
     fast = _step_times(SimConfig(time_scale=0.01))
     assert len(base) == len(slow) == len(fast)
-    for b, s, f in zip(base, slow, fast):
+    for b, s, f in zip(base, slow, fast, strict=True):
         assert s == pytest.approx(1.1 * b, rel=1e-12)
         assert f == pytest.approx(0.01 * b, rel=1e-12)
 
@@ -186,3 +186,17 @@ def test_engine_invariants(
 def test_simconfig_is_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         SimConfig().seed = 1  # type: ignore[misc]
+
+
+def test_max_concurrency_is_a_client_semaphore() -> None:
+    config = SimConfig(noise=0, drift=0)
+    arrivals = [(0.0, 100, 10)] * 8
+    free = simulate(config, arrivals)
+    one_at_a_time = simulate(config, arrivals, max_concurrency=1)
+    # Sequential requests each see an empty server: identical per-request times.
+    assert max(one_at_a_time.latency_s) - min(one_at_a_time.latency_s) < 1e-9
+    assert one_at_a_time.latency_s[0] == pytest.approx(simulate(config, arrivals[:1]).latency_s[0])
+    assert one_at_a_time.duration_s == pytest.approx(8 * one_at_a_time.latency_s[0])
+    assert one_at_a_time.duration_s > free.duration_s
+    with pytest.raises(ValueError, match="max_concurrency"):
+        simulate(config, arrivals, max_concurrency=0)

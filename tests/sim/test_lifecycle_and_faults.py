@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
+import socket
 import subprocess
 import sys
 import time
@@ -13,10 +15,35 @@ import httpx
 import pytest
 
 from perfgate.sim._options import parse_options
+from perfgate.sim._server import plan_faults
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 FAST = ("--time-scale", "0.01", "--startup-delay-s", "0")
 GEN = {"input_ids": [1, 2, 3], "stream": True, "sampling_params": {"max_new_tokens": 10, "ignore_eos": True}}
+
+
+# Each knob needs its own process; starting them together overlaps their imports.
+FAULT_SIMS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
+    "crash": (("--crash-after-requests", "2"), {}),
+    "http_error": (("--http-error-rate", "1"), {}),
+    "error_chunk": (("--error-chunk-rate", "1"), {}),
+    "truncate": (("--truncate-rate", "1"), {}),
+    "short": (("--short-rate", "1"), {}),
+    "slowdown": ((), {"PERFGATE_SIM_SLOWDOWN": "1.10"}),
+    "zero_cost": (("--zero-cost", "true"), {}),
+}
+
+
+@pytest.fixture(scope="module")
+def sims(launch_sim):
+    started = {name: launch_sim(*FAST, *args, env=env) for name, (args, env) in FAULT_SIMS.items()}
+    try:
+        for sim in started.values():
+            sim.wait_ready()
+        yield started
+    finally:
+        for sim in started.values():
+            sim.stop()
 
 
 def test_503_until_warmup_then_200_and_the_ready_line(sim_factory) -> None:
@@ -49,8 +76,8 @@ def test_hang_at_startup_never_becomes_ready(sim_factory) -> None:
     assert sim.proc.poll() is None
 
 
-def test_crash_after_requests(sim_factory) -> None:
-    sim = sim_factory(*FAST, "--crash-after-requests", "2")
+def test_crash_after_requests(sims) -> None:
+    sim = sims["crash"]
     with httpx.Client(base_url=sim.url, timeout=10) as c:
         assert c.post("/generate", json={"input_ids": [1]}).status_code == 200
         with pytest.raises(httpx.TransportError):
@@ -58,8 +85,8 @@ def test_crash_after_requests(sim_factory) -> None:
     assert sim.wait_exit() == 1
 
 
-def test_http_error_rate(sim_factory) -> None:
-    sim = sim_factory(*FAST, "--http-error-rate", "1")
+def test_http_error_rate(sims) -> None:
+    sim = sims["http_error"]
     resp = httpx.post(sim.url + "/v1/completions", json={"prompt": [1], "max_tokens": 2})
     assert resp.status_code == 500
     assert resp.json()["object"] == "error" and resp.json()["code"] == 500
@@ -75,8 +102,8 @@ def _stream_lines(url: str, body: dict[str, object]) -> list[str]:
     return lines
 
 
-def test_error_chunk_rate(sim_factory) -> None:
-    sim = sim_factory(*FAST, "--error-chunk-rate", "1")
+def test_error_chunk_rate(sims) -> None:
+    sim = sims["error_chunk"]
     lines = _stream_lines(sim.url + "/generate", GEN)
     assert lines[-1] == "data: [DONE]"
     error = json.loads(lines[-2][len("data: "):])
@@ -86,8 +113,8 @@ def test_error_chunk_rate(sim_factory) -> None:
     assert "sglang:num_running_reqs{" in httpx.get(sim.url + "/metrics").text
 
 
-def test_truncate_rate(sim_factory) -> None:
-    sim = sim_factory(*FAST, "--truncate-rate", "1")
+def test_truncate_rate(sims) -> None:
+    sim = sims["truncate"]
     lines: list[str] = []
     with pytest.raises(httpx.RemoteProtocolError):
         with httpx.stream("POST", sim.url + "/generate", json=GEN, timeout=10) as resp:
@@ -99,8 +126,8 @@ def test_truncate_rate(sim_factory) -> None:
     assert httpx.get(sim.url + "/health").status_code == 200
 
 
-def test_short_rate(sim_factory) -> None:
-    sim = sim_factory(*FAST, "--short-rate", "1")
+def test_short_rate(sims) -> None:
+    sim = sims["short"]
     lines = _stream_lines(sim.url + "/generate", GEN)
     assert lines[-1] == "data: [DONE]"
     last = json.loads(lines[-2][len("data: "):])
@@ -108,8 +135,8 @@ def test_short_rate(sim_factory) -> None:
     assert last["meta_info"]["finish_reason"]["type"] == "stop"
 
 
-def test_exact_completion_tokens_with_ignore_eos_under_concurrency(sim_factory) -> None:
-    sim = sim_factory(*FAST, "--seed", "5")
+def test_exact_completion_tokens_with_ignore_eos_under_concurrency(sims) -> None:
+    sim = sims["slowdown"]
 
     async def run() -> list[int]:
         async with httpx.AsyncClient(base_url=sim.url, timeout=30) as c:
@@ -124,8 +151,8 @@ def test_exact_completion_tokens_with_ignore_eos_under_concurrency(sim_factory) 
     assert sorted(truth["requests"]["output_tokens"]) == list(range(1, 41))
 
 
-def test_slowdown_env_reaches_the_engine(sim_factory) -> None:
-    sim = sim_factory(*FAST, env={"PERFGATE_SIM_SLOWDOWN": "1.10"})
+def test_slowdown_env_reaches_the_engine(sims) -> None:
+    sim = sims["slowdown"]
     info = httpx.get(sim.url + "/server_info").json()
     assert info["perfgate_sim"]["slowdown"] == 1.10
     opts = parse_options(["--port", "1"], {"PERFGATE_SIM_SLOWDOWN": "1.10"})
@@ -158,7 +185,36 @@ def test_boolean_options_take_explicit_values() -> None:
         parse_options(["--zero-cost", "maybe"], {})
 
 
-def test_zero_cost_still_streams_everything(sim_factory) -> None:
-    sim = sim_factory("--zero-cost", "true", "--startup-delay-s", "0")
+def test_zero_cost_still_streams_everything(sims) -> None:
+    sim = sims["zero_cost"]
     lines = _stream_lines(sim.url + "/generate", dict(GEN, sampling_params={"max_new_tokens": 50}))
     assert len(lines) == 51 and lines[-1] == "data: [DONE]"
+
+
+def test_fault_choices_depend_on_seed_and_request_order_only() -> None:
+    opts = parse_options(["--error-chunk-rate", "0.3", "--truncate-rate", "0.2"], {})
+    def plans(seed: int) -> list[object]:
+        rng = random.Random(seed)
+        return [plan_faults(rng, opts) for _ in range(500)]
+
+    again = plans(9)
+    assert plans(9) == again
+    assert plans(10) != again
+    assert 0.2 < sum(p.error_chunk for p in again) / 500 < 0.4
+    assert 0.1 < sum(p.truncate for p in again) / 500 < 0.3
+    assert not any(p.http_error or p.short for p in again)
+
+
+def test_port_in_use_exits_1_without_claiming_readiness() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "perfgate.sim", "--host", "127.0.0.1", "--port", str(port),
+             "--startup-delay-s", "0"],
+            env={"PYTHONPATH": SRC}, capture_output=True, text=True, timeout=30,
+        )
+    assert proc.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in proc.stderr
+    assert "ready to roll" not in proc.stdout

@@ -12,7 +12,6 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 
-
 def sse(client: httpx.Client, path: str, body: dict[str, object]) -> list[object]:
     """POST and return the decoded data events; [DONE] as the string "[DONE]"."""
     events: list[object] = []
@@ -135,8 +134,23 @@ def test_chat_stream_and_non_stream(client: httpx.Client) -> None:
     assert body["usage"]["completion_tokens"] == 2
 
 
-def test_stream_interval(sim_factory) -> None:
-    sim = sim_factory("--time-scale", "0.01", "--startup-delay-s", "0", "--stream-interval", "4")
+@pytest.fixture(scope="module")
+def four_gpu_sims(launch_sim):
+    """Four simulated GPUs, the last one idle, in both DCGM name generations (started together)."""
+    common = ("--time-scale", "0.01", "--startup-delay-s", "0", "--gpus", "4", "--idle-gpus", "1",
+              "--stream-interval", "4")
+    sims = {gen: launch_sim(*common, "--dcgm-names", gen) for gen in ("classic", "new")}
+    try:
+        for sim in sims.values():
+            sim.wait_ready()
+        yield sims
+    finally:
+        for sim in sims.values():
+            sim.stop()
+
+
+def test_stream_interval(four_gpu_sims) -> None:
+    sim = four_gpu_sims["classic"]
     with httpx.Client(base_url=sim.url) as c:
         events = sse(c, "/generate", {"input_ids": [1], "stream": True, "sampling_params": {"max_new_tokens": 10}})
     counts = [e["meta_info"]["completion_tokens"] for e in events[:-1]]
@@ -213,9 +227,8 @@ def test_metrics_parse_with_sglang_names(client: httpx.Client) -> None:
 
 
 @pytest.mark.parametrize("generation", ["classic", "new"])
-def test_dcgm_metrics_parse(sim_factory, generation: str) -> None:
-    sim = sim_factory("--time-scale", "0.01", "--startup-delay-s", "0", "--dcgm-names", generation,
-                      "--gpus", "4", "--idle-gpus", "1")
+def test_dcgm_metrics_parse(four_gpu_sims, generation: str) -> None:
+    sim = four_gpu_sims[generation]
     with httpx.Client(base_url=sim.url) as c:
         first = _families(c.get("/dcgm/metrics").text)
         c.post("/generate", json={"input_ids": [1] * 100, "sampling_params": {"max_new_tokens": 200}})
@@ -252,7 +265,22 @@ def test_truth_reports_server_side_times(fast_sim: Any) -> None:
     reqs = truth["requests"]
     assert len(reqs["id"]) == 1 and reqs["output_tokens"] == [9]
     assert since <= reqs["arrival_s"][0] <= reqs["first_token_s"][0] <= reqs["finish_s"][0] <= time.monotonic()
+    assert truth["engine"]["steps"] >= 9 and truth["engine"]["lost_s"] >= 0
     agg = truth["aggregates"]
     assert agg["completed"] == 1 and agg["output_tokens"] == 9
     expected_tpot = (reqs["finish_s"][0] - reqs["first_token_s"][0]) / 8 * 1e3
     assert agg["mean_tpot_ms"] == pytest.approx(expected_tpot)
+
+
+def test_client_disconnect_frees_the_request(fast_sim: Any) -> None:
+    body = {"input_ids": [1], "stream": True, "sampling_params": {"max_new_tokens": 100_000 - 1}}
+    with httpx.Client(base_url=fast_sim.url, timeout=30) as c:
+        with c.stream("POST", "/generate", json=body) as resp:
+            lines = resp.iter_lines()
+            assert next(lines).startswith("data: ")
+        # Closed after one chunk: the engine notices at its next write and drops the request.
+        deadline = time.monotonic() + 10
+        while 'sglang:num_running_reqs{model_name="sim/GLM-5-NVFP4"} 0.0' not in c.get("/metrics").text:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert c.post("/generate", json={"input_ids": [1], "sampling_params": {"max_new_tokens": 2}}).status_code == 200

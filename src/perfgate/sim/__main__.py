@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     srv = SimServer(opts)
     try:
         web.run_app(
-            build_app(srv), host=opts.host, port=opts.port, access_log=None, print=None,
+            build_app(srv), host=opts.host, port=opts.port, access_log=None, print=srv.on_listening,
             shutdown_timeout=30.0,
         )
     except OSError as err:

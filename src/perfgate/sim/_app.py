@@ -15,24 +15,45 @@ from perfgate.sim._metrics import render_metrics
 from perfgate.sim._server import (
     CHAT_TOKENS_PER_MESSAGE,
     CHAT_TOKENS_PER_PROMPT,
+    JSON_DUMPS,
     VERSION,
+    ChatReq,
+    CompletionReq,
+    GenerateReq,
+    Req,
     SimServer,
-    _BadRequest,
-    _ChatReq,
-    _CompletionReq,
-    _error_400,
-    _GenerateReq,
-    _int_field,
-    _JSON_DUMPS,
-    _Req,
     log,
+    plan_faults,
 )
 
 _SERVER: web.AppKey[SimServer] = web.AppKey("sim", SimServer)
 
 
+class _BadRequest(Exception):
+    """A request the simulator refuses with HTTP 400, as SGLang would."""
+
+
 def _json(body: object, status: int = 200) -> web.Response:
-    return web.json_response(body, status=status, dumps=_JSON_DUMPS)
+    return web.json_response(body, status=status, dumps=JSON_DUMPS)
+
+
+def _error_400(message: str, openai: bool) -> web.Response:
+    """OpenAI routes answer an ErrorResponse; native routes ``{"error": {"message": ...}}``."""
+    if openai:
+        return _json({"object": "error", "message": message, "type": "BadRequestError", "param": None,
+                      "code": 400}, status=400)
+    return _json({"error": {"message": message}}, status=400)
+
+
+def _int_field(obj: dict[str, Any], key: str, default: int | None, low: int) -> int | None:
+    value = obj.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _BadRequest(f"{key} must be an integer, got {value!r}")
+    if value < low:
+        raise _BadRequest(f"{key} must be >= {low}, got {value}")
+    return value
 
 
 def _srv(request: web.Request) -> SimServer:
@@ -160,7 +181,10 @@ async def truth(request: web.Request) -> web.Response:
         since = float(request.query.get("since", "-inf"))
     except ValueError:
         return _error_400("since must be a time.monotonic() value in seconds", openai=False)
-    return _json(srv.truth.report(srv.rid_prefix, since))
+    report = srv.truth.report(srv.rid_prefix, since)
+    # Wall seconds the engine fell behind its step deadlines (a starved simulator).
+    report["engine"] = {"steps": srv.steps, "lost_s": srv.lost_s}
+    return _json(report)
 
 
 # -- generation ----------------------------------------------------------------------
@@ -260,41 +284,41 @@ def _include_usage(body: dict[str, Any]) -> bool:
     return isinstance(options, dict) and options.get("include_usage") is True
 
 
-async def _generation(request: web.Request, kind: type[_Req]) -> web.StreamResponse:
+async def _generation(request: web.Request, kind: type[Req]) -> web.StreamResponse:
     arrival = time.monotonic()
     srv = _srv(request)
     opts = srv.opts
-    openai = kind is not _GenerateReq
+    openai = kind is not GenerateReq
     srv.seq += 1
     seq = srv.seq
     if opts.crash_after_requests and seq >= opts.crash_after_requests:
         log(f"perfgate.sim: crashing on request {seq} (--crash-after-requests)")
         sys.stderr.flush()
         os._exit(1)
-    # One draw per knob and request, whatever the rates, so choices depend on the seed only.
-    rng = srv.fault_rng
-    draws = [rng.random() for _ in range(4)]
-    if draws[0] < opts.http_error_rate:
+    faults = plan_faults(srv.fault_rng, opts)
+    if faults.http_error:
         return _json({"object": "error", "message": "perfgate.sim injected an internal error",
                       "type": "InternalServerError", "param": None, "code": 500}, status=500)
     try:
         body = await _read_json(request)
-        parse = {_GenerateReq: _parse_generate, _CompletionReq: _parse_completion, _ChatReq: _parse_chat}[kind]
+        parse = {GenerateReq: _parse_generate, CompletionReq: _parse_completion, ChatReq: _parse_chat}[kind]
         prompt_tokens, out_len, stream = parse(body, opts.vocab_size)
     except _BadRequest as err:
-        if kind is _GenerateReq:
+        if kind is GenerateReq:
             return _json({"error": str(err)}, status=400)
         return _error_400(str(err), openai=True)
-    model = body.get("model") if isinstance(body.get("model"), str) else opts.served_model_name
+    requested_model = body.get("model")
+    model = requested_model if isinstance(requested_model, str) else opts.served_model_name
     req = kind(srv, seq, stream, prompt_tokens, out_len, model)
     req.arrival = arrival
     req.include_usage = _include_usage(body)
-    if draws[3] < opts.short_rate and out_len > 1:
+    if faults.short and out_len > 1:
         req.short = True
         req.out_len = out_len // 2
-    if draws[1] < opts.error_chunk_rate:
+    # Mid-stream: after about half of the tokens.
+    if faults.error_chunk:
         req.fault, req.fault_at = "error", req.out_len // 2 + 1
-    elif draws[2] < opts.truncate_rate:
+    elif faults.truncate:
         req.fault, req.fault_at = "truncate", req.out_len // 2 + 1
     try:
         srv.engine.check(prompt_tokens, req.out_len)
@@ -324,15 +348,15 @@ async def _generation(request: web.Request, kind: type[_Req]) -> web.StreamRespo
 
 
 async def generate(request: web.Request) -> web.StreamResponse:
-    return await _generation(request, _GenerateReq)
+    return await _generation(request, GenerateReq)
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
-    return await _generation(request, _CompletionReq)
+    return await _generation(request, CompletionReq)
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    return await _generation(request, _ChatReq)
+    return await _generation(request, ChatReq)
 
 
 def build_app(srv: SimServer) -> web.Application:

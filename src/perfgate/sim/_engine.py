@@ -21,6 +21,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
+from array import array
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -100,9 +101,10 @@ class Engine:
         self.config = config
         self._rng = random.Random(config.seed)
         self._drift_x = 0.0
-        self._input_len: list[int] = []
-        self._output_len: list[int] = []
-        self._alive: list[bool] = []
+        # Per request, compact: a server lives through millions of requests.
+        self._input_len = array("q")
+        self._output_len = array("q")
+        self._alive = bytearray()
         self._waiting: deque[int] = deque()
         # The request whose prefill is partially done, and how many of its tokens are.
         self._chunked: int = -1
@@ -123,7 +125,7 @@ class Engine:
         rid = len(self._input_len)
         self._input_len.append(input_len)
         self._output_len.append(output_len)
-        self._alive.append(True)
+        self._alive.append(1)
         self._waiting.append(rid)
         return rid
 
@@ -145,7 +147,7 @@ class Engine:
         """Drop a request wherever it is (a client went away); frees its KV reservation."""
         if not self._alive[rid]:
             return
-        self._alive[rid] = False
+        self._alive[rid] = 0
         if rid in self._running:
             del self._running[rid]  # its heap entry is skipped lazily
             self._release(rid)
@@ -153,9 +155,7 @@ class Engine:
             self._chunked = -1
             self._chunked_done = 0
             self._release(rid)
-        else:
-            # Still waiting: skipped lazily when it reaches the head of the queue.
-            pass
+        # A waiting request holds nothing; it is skipped when it reaches the queue's head.
 
     def _release(self, rid: int) -> None:
         self._admitted -= 1
@@ -246,7 +246,7 @@ class Engine:
             remaining = output_len[rid] - 1
             if remaining == 0:
                 finished.append(rid)
-                alive[rid] = False
+                alive[rid] = 0
                 self._release(rid)
             else:
                 self._running[rid] = decode_steps + remaining
@@ -265,7 +265,7 @@ class Engine:
             _, rid = heapq.heappop(heap)
             if running.get(rid) == now:
                 del running[rid]
-                self._alive[rid] = False
+                self._alive[rid] = 0
                 self._release(rid)
                 finished.append(rid)
         self.generated_tokens += len(tokens_for)
@@ -308,10 +308,11 @@ class Engine:
 
 @dataclass(frozen=True)
 class SimRun:
-    """Result of :func:`simulate`. Times in seconds from the first arrival, except *_ms.
+    """Result of :func:`simulate`: durations in seconds (``*_ms``: milliseconds),
+    throughputs in per second.
 
-    Per-request tuples are in arrival order. ``tpot_ms`` is NaN for one-token requests
-    (bench_serving leaves them out of TPOT); the means skip those.
+    Per-request tuples follow the order of ``arrivals``. ``tpot_ms`` is NaN for one-token
+    requests (bench_serving leaves them out of TPOT); the means skip those.
     """
 
     ttft_s: tuple[float, ...]
@@ -329,34 +330,48 @@ class SimRun:
     steps: int
 
 
-def simulate(config: SimConfig, arrivals: Sequence[tuple[float, int, int]]) -> SimRun:
+def simulate(
+    config: SimConfig,
+    arrivals: Sequence[tuple[float, int, int]],
+    *,
+    max_concurrency: int | None = None,
+) -> SimRun:
     """Run the engine in virtual time.
 
     ``arrivals``: (arrival time s, input tokens, output tokens) per request; a request that
-    arrives while a step runs joins at the next step, as on the server. Throughputs are
-    tokens per second over [first arrival, last finish], like bench_serving's duration.
+    arrives while a step runs joins at the next step, as on the server. ``max_concurrency``
+    models bench_serving's semaphore: an arrived request waits client-side until fewer than
+    that many are in flight, and its TTFT/latency count from when it is sent. Throughputs
+    are per second over [first arrival, last finish], like bench_serving's duration.
     """
     if not arrivals:
         raise ValueError("simulate() needs at least one arrival")
+    if max_concurrency is not None and max_concurrency < 1:
+        raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+    limit = max_concurrency or len(arrivals)
     order = sorted(range(len(arrivals)), key=lambda i: arrivals[i][0])
     engine = Engine(config)
     n = len(arrivals)
     t0 = arrivals[order[0]][0]
-    arrival_of = [0.0] * n
+    sent_at = [0.0] * n
     first = [math.nan] * n
     done = [math.nan] * n
     rid_to_idx: list[int] = []
     now = t0
     nxt = 0
+    in_flight = 0
+    # When a semaphore slot last opened up: a request that arrived before it waited for it.
+    slot_opened_at = -math.inf
     steps = 0
     while True:
-        while nxt < n and arrivals[order[nxt]][0] <= now:
+        while nxt < n and in_flight < limit and arrivals[order[nxt]][0] <= now:
             idx = order[nxt]
             arrival, in_len, out_len = arrivals[idx]
-            arrival_of[idx] = arrival
+            sent_at[idx] = max(arrival, slot_opened_at)
             engine.submit(in_len, out_len)
             rid_to_idx.append(idx)
             nxt += 1
+            in_flight += 1
         step = engine.step()
         if step is None:
             if nxt >= n:
@@ -370,8 +385,11 @@ def simulate(config: SimConfig, arrivals: Sequence[tuple[float, int, int]]) -> S
                 first[rid_to_idx[rid]] = now
         for rid in step.finished:
             done[rid_to_idx[rid]] = now
-    ttft = tuple(first[i] - arrival_of[i] for i in range(n))
-    latency = tuple(done[i] - arrival_of[i] for i in range(n))
+        if step.finished and in_flight >= limit:
+            slot_opened_at = now
+        in_flight -= len(step.finished)
+    ttft = tuple(first[i] - sent_at[i] for i in range(n))
+    latency = tuple(done[i] - sent_at[i] for i in range(n))
     outs = tuple(a[2] for a in arrivals)
     tpot = tuple(
         (latency[i] - ttft[i]) / (outs[i] - 1) * 1e3 if outs[i] > 1 else math.nan for i in range(n)

@@ -145,7 +145,8 @@ def render_dcgm(gpus: tuple[SimGpu, ...], model: PowerModel, now_s: float, new_n
     power = [r.power_w for r in readings]
     sm_clock = [210.0 + 2220.0 * b for b in busy]
     temp = [34.0 + 38.0 * b for b in busy]
-    fb_used = [0.0 if g.idle else 88_412.0 for g in gpus]
+    # Weights and KV cache are resident on every GPU of the TP group, idle ones included.
+    fb_used = [88_412.0] * len(gpus)
     if new_names:
         add("DCGM_FI_DEV_BOARD_POWER_WATTS", "gauge", "Board power draw (in W).", power)
         add("DCGM_FI_DEV_BOARD_POWER_LIMIT_ENFORCED_WATTS", "gauge", "Enforced power limit (in W).",
@@ -176,7 +177,7 @@ def render_dcgm(gpus: tuple[SimGpu, ...], model: PowerModel, now_s: float, new_n
     for name, kind, help_text, values in series:
         lines.append(f"# HELP {name} {help_text}")
         lines.append(f"# TYPE {name} {kind}")
-        for label, value in zip(labels, values):
+        for label, value in zip(labels, values, strict=True):
             lines.append(f"{name}{{{label}}} {_fmt(value)}")
     return "\n".join(lines) + "\n"
 

@@ -12,7 +12,8 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 # SGLang 0.5.23's default buckets (srt/observability/metrics_collector.py).
 TTFT_BUCKETS_S = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
@@ -40,9 +41,9 @@ class Hist:
         self.sum += value
 
     def buckets(self) -> list[tuple[str, float]]:
-        out = []
+        out: list[tuple[str, float]] = []
         running = 0
-        for bound, count in zip(self.bounds, self.counts):
+        for bound, count in zip(self.bounds, self.counts[:-1], strict=True):
             running += count
             out.append((repr(float(bound)), running))
         out.append(("+Inf", self.total))
@@ -61,12 +62,12 @@ class ServerMetrics:
         self.itl = Hist(ITL_BUCKETS_S)
 
 
-class _Collector:
+class _Collector(Collector):
     def __init__(self, metrics: ServerMetrics, gauges: Callable[[], dict[str, float]]) -> None:
         self._m = metrics
         self._gauges = gauges
 
-    def collect(self) -> Iterator[object]:
+    def collect(self) -> Iterator[Metric]:
         m = self._m
         model = m.model_name
         docs = {

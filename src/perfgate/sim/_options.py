@@ -110,8 +110,14 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m perfgate.sim",
         description="An SGLang-compatible LLM serving simulator (perfgate).",
         allow_abbrev=False,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    flag = {"type": _bool, "nargs": "?", "const": True, "default": False, "metavar": "true|false"}
+
+    def flag(name: str, help_text: str | None = None) -> None:
+        # "--flag", "--flag true" and "--flag false" all work: the launcher sends values.
+        p.add_argument(name, type=_bool, nargs="?", const=True, default=False, metavar="true|false",
+                       help=help_text)
+
     fraction = _finite(0.0, 1.0)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=_int_at_least(0), default=30000)
@@ -142,10 +148,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-scale", type=_finite(0.0, open_low=True), default=defaults.time_scale)
     p.add_argument("--stream-interval", type=_int_at_least(1), default=1)
     p.add_argument("--startup-delay-s", type=_finite(0.0), default=0.5)
-    p.add_argument("--zero-cost", **flag, help="steps take no simulated time")
+    flag("--zero-cost", "steps take no simulated time")
     p.add_argument("--dcgm-names", choices=("classic", "new"), default="classic")
-    p.add_argument("--fail-at-startup", **flag)
-    p.add_argument("--hang-at-startup", **flag)
+    flag("--fail-at-startup")
+    flag("--hang-at-startup")
     p.add_argument("--crash-after-requests", type=_int_at_least(0), default=0, help="0: never")
     p.add_argument("--http-error-rate", type=fraction, default=0.0)
     p.add_argument("--error-chunk-rate", type=fraction, default=0.0)
