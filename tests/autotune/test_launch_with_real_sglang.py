@@ -80,3 +80,16 @@ def test_a_real_sglang_that_cannot_start_fails_fast_with_its_log(sglang_0_5_12, 
     assert "exited with code" in msg and "sglang.launch_server" in msg
     # The server's own complaint (here: no torch) is in the message, not just an exit code.
     assert "ModuleNotFoundError" in msg
+
+
+def test_shipped_sglang_profiles_use_flags_sglang_0_5_23_accepts(sglang_0_5_23):
+    from perfgate.profile import load_profile
+    from perfgate.server._sglang import check_flags, flags_from_source
+
+    known = flags_from_source(sglang_0_5_23)
+    repo = Path(__file__).resolve().parents[2]
+    for path in ("profiles/glm5-nvfp4-rtxpro6000x8.toml", "profiles/llama8b-h200.toml"):
+        profile = load_profile(repo / path)
+        assert profile.server.kind == "sglang"
+        warnings = check_flags(profile.server.args, known, "0.5.23")
+        assert not any("--disable-cuda-graph" in w for w in warnings)

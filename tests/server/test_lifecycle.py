@@ -129,5 +129,5 @@ def test_sglang_command_sets_tp_and_pci_bus_order():
     spec = replace(sim_spec(), kind="sglang", sim={}, model_path="/m", gpus=(2, 3), python="/venv/bin/python")
     argv, env = build_command(spec, 30000)
     assert argv[:3] == ["/venv/bin/python", "-m", "sglang.launch_server"]
-    assert argv[argv.index("--tp") + 1] == "2"
+    assert argv[argv.index("--tp-size") + 1] == "2"
     assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID" and env["CUDA_VISIBLE_DEVICES"] == "2,3"

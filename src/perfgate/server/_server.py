@@ -94,7 +94,7 @@ def build_command(spec: ServerSpec, port: int) -> tuple[list[str], dict[str, str
     elif spec.kind == "sglang":
         argv = [python, "-m", "sglang.launch_server", "--model-path", spec.model_path, "--host", spec.host, "--port", str(port)]
         if spec.gpus and not _has_flag(spec.args, "--tp", "--tp-size", "--tensor-parallel-size"):
-            argv += ["--tp", str(len(spec.gpus))]
+            argv += ["--tp-size", str(len(spec.gpus))]
         argv += list(spec.args)
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     elif spec.kind == "command":
