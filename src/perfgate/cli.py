@@ -107,12 +107,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     c.add_argument("a", help="results JSON of the old run")
     c.add_argument("b", help="results JSON of the new run")
     c.add_argument("--alpha", type=float, default=0.05, help="significance level of the noise test (default 0.05)")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["doctor"]:
+        # doctor owns its options (--json, --python, ...); argparse would claim them here.
+        from perfgate.doctor import main as doctor_main
+
+        return doctor_main(argv[1:])
     args = parser.parse_args(argv)
     try:
-        if args.command == "doctor":
-            from perfgate.doctor import main as doctor_main
-
-            return doctor_main(args.rest)
         if args.command == "baselines":
             return _baselines(args)
         return _compare(args)
