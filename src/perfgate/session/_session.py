@@ -255,7 +255,8 @@ class GateSession:
         spec = self.profile.server
         args = list(spec.args) + [f"--{k.replace('_', '-')}={v}" for k, v in sorted(spec.sim.items())]
         return fingerprint_for(
-            engine=spec.kind if server.kind != "attach" else "attach",
+            # --perf-base-url attaches to a server started as the profile describes: same fingerprint.
+            engine=spec.kind,
             model=spec.model_path or server.model,
             server_args=args,
             workload=workload,
