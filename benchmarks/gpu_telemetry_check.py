@@ -7,6 +7,7 @@ tensor / DRAM activity, and the sampler thread's own CPU cost. Needs torch with 
 nvidia-ml-py. Last stdout line: one JSON object with every figure.
 
     python benchmarks/gpu_telemetry_check.py --phase-s 20
+    python benchmarks/gpu_telemetry_check.py --watch-all   # also every other GPU: mapping and imbalance
 """
 
 from __future__ import annotations
@@ -96,8 +97,8 @@ def _profile_calls(uuid: str, reps: int = 20) -> dict[str, float]:
     return out
 
 
-def _figures(window: TelemetryWindow) -> dict[str, object]:
-    g = window.gpus[0]
+def _figures(window: TelemetryWindow, uuid: str) -> dict[str, object]:
+    g = next(g for g in window.gpus if g.uuid == uuid)
     keep = ("mean_power_w", "integrated_power_w", "power_method", "power_p5_w", "power_p50_w",
             "power_p95_w", "limit_share", "util_gpu_pct", "sm_clock_mean_mhz", "sm_util_pct",
             "sm_occupancy_pct", "tensor_util_pct", "dram_bw_util_pct", "pcie_tx_mib_s", "pcie_rx_mib_s",
@@ -106,6 +107,9 @@ def _figures(window: TelemetryWindow) -> dict[str, object]:
     out["throttle_s"] = dict(g.throttle_s)
     out["length_s"] = window.length_s
     out["notes"] = list(window.notes)
+    if len(window.gpus) > 1:
+        out["all_gpus_mean_power_w"] = {g.label: g.mean_power_w for g in window.gpus}
+        out["imbalance"] = window.imbalance
     return out
 
 
@@ -128,23 +132,34 @@ def main() -> int:
     parser.add_argument("--device", type=int, default=0, help="CUDA device to load (default 0)")
     parser.add_argument("--matmul-n", type=int, default=8192)
     parser.add_argument("--copy-gib", type=float, default=4.0, help="GiB per copy buffer (default 4)")
+    parser.add_argument("--watch-all", action="store_true",
+                        help="monitor every visible GPU (by UUID), load only --device: shows mapping and imbalance")
     args = parser.parse_args()
 
     torch.cuda.set_device(args.device)
     uuid = _cuda_uuid(args.device)
+    watched = [args.device]
+    if args.watch_all:
+        watched = [d for d in range(torch.cuda.device_count())]
+        # CUDA's device order is not NVML's: name each GPU by the UUID torch reports for it.
+        print("CUDA device -> UUID: " + ", ".join(f"{d} -> {_cuda_uuid(d)}" for d in watched), flush=True)
+    ids = [_cuda_uuid(d) for d in watched]
     # NVML order may differ from CUDA's: resolve the loaded GPU by UUID when torch tells it.
     try:
-        source = NvmlSource(pynvml, [uuid] if uuid else [args.device])
+        source = NvmlSource(pynvml, ids if all(ids) else watched)
     except TelemetryError as err:
-        print(f"torch's UUID {uuid} did not resolve ({err}); using NVML index {args.device}", flush=True)
-        source = NvmlSource(pynvml, [args.device])
+        print(f"torch's UUIDs {ids} did not resolve ({err}); using NVML indices {watched}", flush=True)
+        source = NvmlSource(pynvml, watched)
     monitor = Monitor(source, interval_s=args.interval_s, full_period_s=args.full_period_s)
-    ident = monitor.gpus()[0]
+    for g in monitor.gpus():
+        print(f"watching NVML index {g.index}: {g.uuid} pci={g.pci_bus_id}", flush=True)
+    ident = next((g for g in monitor.gpus() if g.uuid == uuid), monitor.gpus()[0])
     print(f"GPU: {ident.name} {ident.uuid} pci={ident.pci_bus_id} cc={ident.compute_capability} "
           f"limit={ident.power_limit_w} W driver={ident.driver_version} cuda={ident.cuda_driver_version} "
           f"gpm={ident.gpm_supported}", flush=True)
 
     call_cpu_us = _profile_calls(ident.uuid)
+    # The poll and sampler costs below are for all watched GPUs together.
     print(f"CPU us per NVML call: {json.dumps(_round(call_cpu_us))}", flush=True)
     poll_cpu_ms = {}
     for full in (False, True):
@@ -164,9 +179,9 @@ def main() -> int:
         t0 = time.monotonic()
         work[name] = run(args.phase_s)
         t1 = time.monotonic()
-        phases[name] = _figures(monitor.end_window(name))
+        phases[name] = _figures(monitor.end_window(name), ident.uuid)
         # Post hoc: the middle of the phase, as the load generator's steady-state window would be.
-        steady[name] = _figures(monitor.summarize(t0 + 0.25 * (t1 - t0), t1 - 0.1 * (t1 - t0)))
+        steady[name] = _figures(monitor.summarize(t0 + 0.25 * (t1 - t0), t1 - 0.1 * (t1 - t0)), ident.uuid)
         torch.cuda.empty_cache()
         print(f"{name}: {json.dumps(_round(phases[name]))} work={_round(work[name])}", flush=True)
     monitor.stop()
@@ -183,6 +198,7 @@ def main() -> int:
                   else None)
     result = {
         "gpu": dataclasses.asdict(ident),
+        "watched_gpus": [g.uuid for g in monitor.gpus()],
         "phase_s": args.phase_s,
         "interval_s": args.interval_s,
         "full_period_s": args.full_period_s,

@@ -184,6 +184,7 @@ _TELEMETRY_KEYS: dict[str, Checker] = {
     "source": _choice("auto", "nvml", "dcgm", "none"),
     "dcgm_endpoints": _str_list,
     "interval_s": _float(0.01),
+    "counter_period_s": _float(0.1),
     "require_power": _bool,
 }
 

@@ -50,6 +50,9 @@ class TelemetrySpec:
     # Prometheus endpoints of dcgm-exporter; "{base_url}" expands to the server's URL.
     dcgm_endpoints: tuple[str, ...] = ()
     interval_s: float = 0.1
+    # Energy/throttle counters, GPM, clocks: read this often (and at window edges). One NVML
+    # energy read costs ~3 ms of CPU on an H200 driver, so per-tick reads would cost ~3 % of a core per GPU.
+    counter_period_s: float = 1.0
     require_power: bool = False
 
 

@@ -236,7 +236,7 @@ def open_monitor(spec: TelemetrySpec, *, gpus: Sequence[int | str], base_url: st
     if spec.source in ("auto", "nvml"):
         try:
             source: Source = NvmlSource(nvml if nvml is not None else _import_pynvml(), gpus)
-            return Monitor(source, interval_s=spec.interval_s, clock=clock)
+            return Monitor(source, interval_s=spec.interval_s, full_period_s=spec.counter_period_s, clock=clock)
         except NvmlUnavailable as err:
             if spec.source == "nvml":
                 return NotMeasured(str(err))
@@ -248,7 +248,7 @@ def open_monitor(spec: TelemetrySpec, *, gpus: Sequence[int | str], base_url: st
     endpoints = [e.replace("{base_url}", base_url.rstrip("/")) for e in spec.dcgm_endpoints]
     if spec.source == "dcgm" or endpoints:
         source = DcgmSource(endpoints, gpus)
-        return Monitor(source, interval_s=spec.interval_s, clock=clock)
+        return Monitor(source, interval_s=spec.interval_s, full_period_s=spec.counter_period_s, clock=clock)
     return NotMeasured("; ".join(reasons) + "; and no [telemetry].dcgm_endpoints are configured")
 
 
