@@ -171,10 +171,10 @@ def cache_key(spec: TinyModelSpec) -> str:
 
 def _import_deps() -> tuple[Any, Any, Any]:
     try:
-        import transformers  # first: the cheapest import, so a missing extra fails fast
-        import tokenizers
         import safetensors  # noqa: F401  (save_pretrained writes through it)
+        import tokenizers
         import torch
+        import transformers
     except ImportError as e:
         raise PerfgateError(f"{_EXTRA_HINT} ({e})") from None
     return tokenizers, torch, transformers
