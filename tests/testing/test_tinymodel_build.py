@@ -19,6 +19,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
+from perfgate.errors import PerfgateError  # noqa: E402
 from perfgate.testing import (  # noqa: E402
     CHAT_TEMPLATE,
     SPECIAL_TOKENS,
@@ -162,3 +163,14 @@ def test_concurrent_ensure_builds_once_and_identically_to_another_process(tmp_pa
     assert ensure_tiny_model(cache, **small) == entry
     assert (entry / "model.safetensors").stat().st_mtime_ns == mtime
     assert _digests(entry) == before
+
+
+def test_a_model_whose_ban_is_too_weak_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from perfgate.testing import _tinymodel
+
+    # No real shape fails the check cheaply; demanding an impossible gap exercises the refusal.
+    monkeypatch.setattr(_tinymodel, "_MIN_BAN_GAP", 1000.0)
+    with pytest.raises(PerfgateError, match=r"banned tokens are only \d+\.\d logits below allowed ones"):
+        ensure_tiny_model(tmp_path / "cache", hidden_size=64, num_heads=1, num_layers=1)
+    # Nothing half-built is left where a later call would find it.
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [next((tmp_path / "cache").glob(".*.lock")).name]

@@ -61,6 +61,13 @@ _CORPUS_MODULES = (
 _BAN_CHANNEL = 0
 # How far (in logits) a banned token sits below an ordinary one: e^-100 is never sampled.
 _BAN_LOGIT = 100.0
+# The constant in that channel. It must dominate every RMSNorm's input, or the ban weakens as the
+# residual stream grows with depth: at 1.0 or 10 the 16-layer "gpu" preset left banned logits
+# within a few units of allowed ones; at 100 they sit 99 below. The other channels reach each
+# layer scaled by ~1/100, so ordinary logits are nearly equal: sampling is close to uniform.
+_BAN_CHANNEL_VALUE = 100.0
+# Smallest logit gap between every allowed and every banned token that a built model must show.
+_MIN_BAN_GAP = 50.0
 
 _DTYPES = ("float32", "bfloat16", "float16")
 
@@ -164,10 +171,10 @@ def cache_key(spec: TinyModelSpec) -> str:
 
 def _import_deps() -> tuple[Any, Any, Any]:
     try:
-        import transformers  # first: the cheapest import, so a missing extra fails fast
-        import tokenizers
         import safetensors  # noqa: F401  (save_pretrained writes through it)
+        import tokenizers
         import torch
+        import transformers
     except ImportError as e:
         raise PerfgateError(f"{_EXTRA_HINT} ({e})") from None
     return tokenizers, torch, transformers
@@ -241,8 +248,8 @@ def _build_model(torch: Any, transformers: Any, spec: TinyModelSpec, tokenizer: 
     model = transformers.LlamaForCausalLM(config)
     c = _BAN_CHANNEL
     with torch.no_grad():
-        # Channel c holds 1.0 from the embedding to the final norm: no layer reads or writes it.
-        model.model.embed_tokens.weight[:, c] = 1.0
+        # Channel c holds the constant from the embedding to the final norm: no layer reads or writes it.
+        model.model.embed_tokens.weight[:, c] = _BAN_CHANNEL_VALUE
         for layer in model.model.layers:
             layer.input_layernorm.weight[c] = 0.0
             layer.post_attention_layernorm.weight[c] = 0.0
@@ -254,12 +261,30 @@ def _build_model(torch: Any, transformers: Any, spec: TinyModelSpec, tokenizer: 
         banned = torch.tensor(banned_token_ids(tokenizer), dtype=torch.long)
         head[banned] = 0.0
         head[banned, c] = -_BAN_LOGIT / math.sqrt(spec.hidden_size)
+    model = model.to(getattr(torch, spec.dtype))
+    _check_ban(torch, model, banned, spec)
     model.generation_config = transformers.GenerationConfig(
         bos_token_id=config.bos_token_id,
         eos_token_id=[eos_id, tokenizer.convert_tokens_to_ids(IM_END_TOKEN)],
         pad_token_id=eos_id,
     )
-    return model.to(getattr(torch, spec.dtype))
+    return model
+
+
+def _check_ban(torch: Any, model: Any, banned: Any, spec: TinyModelSpec) -> None:
+    # The promise "never generates a banned token" rests on the ban channel dominating: verify it on
+    # the built weights rather than trust it for every shape a caller may ask for.
+    ids = torch.randint(0, model.config.vocab_size, (1, 64), generator=torch.Generator().manual_seed(spec.seed))
+    with torch.no_grad():
+        logits = model(ids).logits.float()[0]
+    is_banned = torch.zeros(model.config.vocab_size, dtype=torch.bool)
+    is_banned[banned] = True
+    gap = float((logits[:, ~is_banned].min(dim=-1).values - logits[:, is_banned].max(dim=-1).values).min())
+    if gap < _MIN_BAN_GAP:
+        raise PerfgateError(
+            f"tiny model: with {spec} banned tokens are only {gap:.1f} logits below allowed ones "
+            f"(need {_MIN_BAN_GAP:g}): the model could stop early or emit empty chunks; use fewer layers or a narrower model"
+        )
 
 
 def build_tiny_model(
