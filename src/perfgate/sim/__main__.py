@@ -1,0 +1,30 @@
+"""``python -m perfgate.sim --host 127.0.0.1 --port P [--option value ...]``."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from aiohttp import web
+
+from perfgate.sim._app import build_app
+from perfgate.sim._options import parse_options
+from perfgate.sim._server import SimServer
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = parse_options(sys.argv[1:] if argv is None else argv, os.environ)
+    srv = SimServer(opts)
+    try:
+        web.run_app(
+            build_app(srv), host=opts.host, port=opts.port, access_log=None, print=None,
+            shutdown_timeout=30.0,
+        )
+    except OSError as err:
+        print(f"perfgate.sim: cannot listen on {opts.host}:{opts.port}: {err}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

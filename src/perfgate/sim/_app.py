@@ -1,0 +1,359 @@
+"""Routes: SGLang's native and OpenAI-compatible endpoints, plus /dcgm/metrics and /sim/truth."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from aiohttp import web
+
+from perfgate.sim._gpus import render_dcgm
+from perfgate.sim._metrics import render_metrics
+from perfgate.sim._server import (
+    CHAT_TOKENS_PER_MESSAGE,
+    CHAT_TOKENS_PER_PROMPT,
+    VERSION,
+    SimServer,
+    _BadRequest,
+    _ChatReq,
+    _CompletionReq,
+    _error_400,
+    _GenerateReq,
+    _int_field,
+    _JSON_DUMPS,
+    _Req,
+    log,
+)
+
+_SERVER: web.AppKey[SimServer] = web.AppKey("sim", SimServer)
+
+
+def _json(body: object, status: int = 200) -> web.Response:
+    return web.json_response(body, status=status, dumps=_JSON_DUMPS)
+
+
+def _srv(request: web.Request) -> SimServer:
+    return request.app[_SERVER]
+
+
+async def _read_json(request: web.Request) -> dict[str, Any]:
+    try:
+        body = await request.json(loads=json.loads)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise _BadRequest(f"The request body is not valid JSON: {err}") from None
+    if not isinstance(body, dict):
+        raise _BadRequest("The request body must be a JSON object.")
+    return body
+
+
+# -- health and info -----------------------------------------------------------------
+async def health(request: web.Request) -> web.Response:
+    return web.Response(status=200 if _srv(request).ready else 503)
+
+
+async def model_info(request: web.Request) -> web.Response:
+    opts = _srv(request).opts
+    return _json({
+        "model_path": opts.model_path,
+        "served_model_name": opts.served_model_name,
+        "tokenizer_path": opts.model_path,
+        "is_generation": True,
+        "preferred_sampling_params": None,
+        "weight_version": "default",
+        "load_format": "auto",
+        "reasoning_parser": None,
+        "tool_call_parser": None,
+        "disaggregation_mode": "null",
+        "has_image_understanding": False,
+        "has_audio_understanding": False,
+        "model_type": "glm_moe_dsa",
+        "architectures": ["GlmMoeDsaForCausalLM"],
+    })
+
+
+async def server_info(request: web.Request) -> web.Response:
+    srv = _srv(request)
+    opts = srv.opts
+    return _json({
+        "model_path": opts.model_path,
+        "tokenizer_path": opts.model_path,
+        "served_model_name": opts.served_model_name,
+        "host": opts.host,
+        "port": opts.port,
+        "tp_size": opts.gpus,
+        "dp_size": 1,
+        "pp_size": 1,
+        "ep_size": 1,
+        "max_running_requests": opts.max_running_requests,
+        "chunked_prefill_size": opts.chunked_prefill_size,
+        "max_total_tokens": opts.max_total_tokens,
+        "context_length": opts.max_total_tokens,
+        "stream_interval": opts.stream_interval,
+        "quantization": "modelopt_fp4",
+        "kv_cache_dtype": "auto",
+        "moe_runner_backend": "flashinfer_cutlass",
+        "attention_backend": "flashinfer",
+        "disable_radix_cache": True,
+        "disable_cuda_graph": False,
+        "enable_metrics": True,
+        "random_seed": opts.seed,
+        "launch_command": " ".join([sys.executable, "-m", "perfgate.sim", *sys.argv[1:]]),
+        "max_total_num_tokens": opts.max_total_tokens,
+        "startup_time": srv.startup_time,
+        "internal_states": [{
+            "last_gen_throughput": srv.gauges()["sglang:gen_throughput"],
+            "num_running_reqs": srv.engine.num_running,
+            "num_waiting_reqs": srv.engine.num_waiting,
+        }],
+        "version": VERSION,
+        "frontend": "python",
+        "perfgate_sim": {
+            "options": opts.as_dict(),
+            "slowdown": opts.slowdown,
+            "gpus": [g.as_dict() for g in srv.gpus],
+        },
+    })
+
+
+async def models(request: web.Request) -> web.Response:
+    opts = _srv(request).opts
+    card = {"id": opts.served_model_name, "object": "model", "created": int(time.time()),
+            "owned_by": "sglang", "root": opts.served_model_name, "parent": None,
+            "max_model_len": opts.max_total_tokens}
+    return _json({"object": "list", "data": [card]})
+
+
+async def flush_cache(request: web.Request) -> web.Response:
+    srv = _srv(request)
+    try:
+        timeout_s = float(request.query.get("timeout", "0"))
+    except ValueError:
+        timeout_s = -1.0
+    if not timeout_s >= 0:
+        return _error_400("timeout must be a number >= 0", openai=False)
+    if srv.engine.idle() or (timeout_s > 0 and await srv.wait_idle(timeout_s)):
+        return web.Response(text=(
+            "Cache flushed.\nPlease check backend logs for more details. (When there are running or "
+            "waiting requests, the operation will not be performed.)\n"
+        ))
+    return web.Response(status=400, text="Flush cache failed: there are running or waiting requests.\n")
+
+
+async def metrics(request: web.Request) -> web.Response:
+    srv = _srv(request)
+    body = render_metrics(srv.metrics, srv.gauges)
+    return web.Response(body=body, content_type="text/plain", charset="utf-8")
+
+
+async def dcgm_metrics(request: web.Request) -> web.Response:
+    srv = _srv(request)
+    text = render_dcgm(srv.gpus, srv.power, time.monotonic(), srv.opts.dcgm_names == "new")
+    return web.Response(text=text, content_type="text/plain")
+
+
+async def truth(request: web.Request) -> web.Response:
+    srv = _srv(request)
+    try:
+        since = float(request.query.get("since", "-inf"))
+    except ValueError:
+        return _error_400("since must be a time.monotonic() value in seconds", openai=False)
+    return _json(srv.truth.report(srv.rid_prefix, since))
+
+
+# -- generation ----------------------------------------------------------------------
+def _token_ids(value: object, vocab: int, what: str) -> int:
+    if not isinstance(value, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in value):
+        raise _BadRequest(f"{what} must be a list of integer token ids")
+    bad = next((t for t in value if not 0 <= t < vocab), None)
+    if bad is not None:
+        raise _BadRequest(f"Token id {bad} in {what} is out of range [0, {vocab}).")
+    return len(value)
+
+
+def _words(text: object, what: str) -> int:
+    if not isinstance(text, str):
+        raise _BadRequest(f"{what} must be a string")
+    return len(text.split())
+
+
+def _bool_field(obj: dict[str, Any], key: str) -> bool:
+    value = obj.get(key, False)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise _BadRequest(f"{key} must be true or false, got {value!r}")
+    return value
+
+
+def _parse_generate(body: dict[str, Any], vocab: int) -> tuple[int, int, bool]:
+    has_text = body.get("text") is not None
+    has_ids = body.get("input_ids") is not None
+    if has_text == has_ids:
+        raise _BadRequest("Either text or input_ids should be provided, not both or neither.")
+    if has_ids:
+        ids = body["input_ids"]
+        if isinstance(ids, list) and ids and isinstance(ids[0], list):
+            raise _BadRequest("perfgate.sim does not support batched input_ids; send one request each.")
+        prompt = _token_ids(ids, vocab, "input_ids")
+    else:
+        if isinstance(body["text"], list):
+            raise _BadRequest("perfgate.sim does not support batched text; send one request each.")
+        prompt = _words(body["text"], "text")
+    params = body.get("sampling_params") or {}
+    if not isinstance(params, dict):
+        raise _BadRequest("sampling_params must be a JSON object")
+    max_new = _int_field(params, "max_new_tokens", 128, 1)
+    _bool_field(params, "ignore_eos")
+    return prompt, max_new or 128, _bool_field(body, "stream")
+
+
+def _parse_completion(body: dict[str, Any], vocab: int) -> tuple[int, int, bool]:
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (list, str)):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        n_prompt = _words(prompt, "prompt")
+    elif isinstance(prompt, list):
+        if prompt and isinstance(prompt[0], (list, str)):
+            raise _BadRequest("perfgate.sim does not support batched prompts; send one request each.")
+        n_prompt = _token_ids(prompt, vocab, "prompt")
+    else:
+        raise _BadRequest("prompt must be a string or a list of token ids")
+    if _int_field(body, "n", 1, 1) != 1:
+        raise _BadRequest("perfgate.sim supports n=1 only")
+    max_tokens = _int_field(body, "max_tokens", 16, 1)
+    _int_field(body, "min_tokens", 0, 0)
+    _bool_field(body, "ignore_eos")
+    return n_prompt, max_tokens or 16, _bool_field(body, "stream")
+
+
+def _parse_chat(body: dict[str, Any], vocab: int) -> tuple[int, int, bool]:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise _BadRequest("messages must be a non-empty list")
+    words = CHAT_TOKENS_PER_PROMPT
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise _BadRequest(f"messages[{i}] must be an object with a role")
+        content = message.get("content")
+        if isinstance(content, list):
+            parts = [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+            content = " ".join(str(p) for p in parts)
+        if content is not None and not isinstance(content, str):
+            raise _BadRequest(f"messages[{i}].content must be a string or a list of text parts")
+        words += CHAT_TOKENS_PER_MESSAGE + len((content or "").split())
+    if _int_field(body, "n", 1, 1) != 1:
+        raise _BadRequest("perfgate.sim supports n=1 only")
+    max_tokens = _int_field(body, "max_completion_tokens", None, 1)
+    if max_tokens is None:
+        max_tokens = _int_field(body, "max_tokens", 128, 1)
+    _int_field(body, "min_tokens", 0, 0)
+    _bool_field(body, "ignore_eos")
+    return words, max_tokens or 128, _bool_field(body, "stream")
+
+
+def _include_usage(body: dict[str, Any]) -> bool:
+    options = body.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True
+
+
+async def _generation(request: web.Request, kind: type[_Req]) -> web.StreamResponse:
+    arrival = time.monotonic()
+    srv = _srv(request)
+    opts = srv.opts
+    openai = kind is not _GenerateReq
+    srv.seq += 1
+    seq = srv.seq
+    if opts.crash_after_requests and seq >= opts.crash_after_requests:
+        log(f"perfgate.sim: crashing on request {seq} (--crash-after-requests)")
+        sys.stderr.flush()
+        os._exit(1)
+    # One draw per knob and request, whatever the rates, so choices depend on the seed only.
+    rng = srv.fault_rng
+    draws = [rng.random() for _ in range(4)]
+    if draws[0] < opts.http_error_rate:
+        return _json({"object": "error", "message": "perfgate.sim injected an internal error",
+                      "type": "InternalServerError", "param": None, "code": 500}, status=500)
+    try:
+        body = await _read_json(request)
+        parse = {_GenerateReq: _parse_generate, _CompletionReq: _parse_completion, _ChatReq: _parse_chat}[kind]
+        prompt_tokens, out_len, stream = parse(body, opts.vocab_size)
+    except _BadRequest as err:
+        if kind is _GenerateReq:
+            return _json({"error": str(err)}, status=400)
+        return _error_400(str(err), openai=True)
+    model = body.get("model") if isinstance(body.get("model"), str) else opts.served_model_name
+    req = kind(srv, seq, stream, prompt_tokens, out_len, model)
+    req.arrival = arrival
+    req.include_usage = _include_usage(body)
+    if draws[3] < opts.short_rate and out_len > 1:
+        req.short = True
+        req.out_len = out_len // 2
+    if draws[1] < opts.error_chunk_rate:
+        req.fault, req.fault_at = "error", req.out_len // 2 + 1
+    elif draws[2] < opts.truncate_rate:
+        req.fault, req.fault_at = "truncate", req.out_len // 2 + 1
+    try:
+        srv.engine.check(prompt_tokens, req.out_len)
+    except ValueError as err:
+        return _error_400(str(err), openai=openai)
+    req.transport = request.transport
+    if not stream:
+        srv.submit(req, prompt_tokens)
+        outcome = await req.done
+        if outcome == "ok":
+            return _json(req.body)
+        if outcome == "error":
+            return _json({"error": {"message": "perfgate.sim injected an error"}}, status=500)
+        raise web.HTTPInternalServerError()  # truncated or gone: no response reaches anyone
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await resp.prepare(request)
+    await resp.write(b"")  # flush the headers now, as uvicorn does
+    req.chunked = resp.headers.get("Transfer-Encoding", "").lower() == "chunked"
+    if req.transport is None or req.transport.is_closing():
+        return resp
+    # Tokens are written straight to the transport from here on.
+    srv.submit(req, prompt_tokens)
+    outcome = await req.done
+    if outcome in ("ok", "error"):
+        await resp.write_eof()
+    return resp
+
+
+async def generate(request: web.Request) -> web.StreamResponse:
+    return await _generation(request, _GenerateReq)
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    return await _generation(request, _CompletionReq)
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    return await _generation(request, _ChatReq)
+
+
+def build_app(srv: SimServer) -> web.Application:
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app[_SERVER] = srv
+    app.on_startup.append(srv.start)
+    app.on_cleanup.append(srv.stop)
+    app.router.add_get("/health", health)
+    app.router.add_get("/health_generate", health)
+    app.router.add_get("/ready", health)
+    app.router.add_get("/model_info", model_info)
+    app.router.add_get("/get_model_info", model_info)
+    app.router.add_get("/server_info", server_info)
+    app.router.add_get("/get_server_info", server_info)
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/generate", generate)
+    app.router.add_put("/generate", generate)
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_route("*", "/flush_cache", flush_cache)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/dcgm/metrics", dcgm_metrics)
+    app.router.add_get("/sim/truth", truth)
+    return app

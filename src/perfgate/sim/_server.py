@@ -1,0 +1,542 @@
+"""The HTTP side of the simulator: SGLang's endpoints on aiohttp.web.
+
+One engine task runs the steps: it sleeps until each step's absolute deadline (so step
+times do not drift) and then writes the step's tokens straight to every running stream's
+transport, framing the HTTP chunks itself. Chunks are assembled from pre-built byte pieces
+(cumulative text and output_ids are slices of shared tapes), so a streamed chunk costs a
+few joins and one ``transport.write``. Handlers only parse the request, send the headers,
+and wait for their request's end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import random
+import sys
+import time
+import traceback
+import uuid
+from array import array
+from collections import deque
+from typing import Any
+
+from aiohttp import web
+
+from perfgate.sim._engine import Engine
+from perfgate.sim._gpus import PowerModel, make_gpus
+from perfgate.sim._metrics import ServerMetrics
+from perfgate.sim._options import SimOptions
+
+VERSION = "0.5.23+perfgate-sim"
+READY_LINE = "The server is fired up and ready to roll!"
+FAIL_LINE = "Initialization failed. warmup error"
+# When the event loop falls this far behind the step deadlines, stop catching up.
+MAX_LAG_S = 0.5
+# Chat prompts: words in the messages plus the chat template's tokens.
+CHAT_TOKENS_PER_MESSAGE = 4
+CHAT_TOKENS_PER_PROMPT = 3
+EOS_TOKEN_ID = 151329
+WORD = b" tok"
+_WORD_LEN = len(WORD)
+
+_JSON_DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def _jbytes(value: object) -> bytes:
+    return _JSON_DUMPS(value).encode()
+
+
+class _Tapes:
+    """Cumulative generated text and output_ids as growable byte strings."""
+
+    def __init__(self, vocab_size: int) -> None:
+        self._vocab = vocab_size
+        self.text = b""
+        self.ids = b""
+        self.id_offsets = array("q", [0])
+
+    def token_id(self, position: int) -> int:
+        return (1000 + 7919 * position) % self._vocab
+
+    def ensure(self, n: int) -> None:
+        have = len(self.id_offsets) - 1
+        if n <= have:
+            return
+        target = max(n, 2 * have, 256)
+        self.text = WORD * target
+        pieces = [self.ids] if have else []
+        offsets = self.id_offsets
+        size = len(self.ids)
+        for i in range(have, target):
+            piece = (b"," if i else b"") + str(self.token_id(i)).encode()
+            pieces.append(piece)
+            size += len(piece)
+            offsets.append(size)
+        self.ids = b"".join(pieces)
+
+    def id_list(self, n: int) -> list[int]:
+        return [self.token_id(i) for i in range(n)]
+
+
+class _Req:
+    """One generation request; subclasses know their API's chunk shapes."""
+
+    __slots__ = (
+        "srv", "rid", "seq", "eid", "stream", "prompt_tokens", "out_len", "model", "arrival",
+        "first_t", "last_t", "n", "sent", "fault", "fault_at", "short", "transport",
+        "chunked", "done", "body", "created", "include_usage", "_mid",
+    )
+
+    def __init__(self, srv: SimServer, seq: int, stream: bool, prompt_tokens: int, out_len: int,
+                 model: str) -> None:
+        self.srv = srv
+        self.seq = seq
+        self.eid = -1
+        self.rid = srv.rid_prefix + f"{seq:08x}"
+        self.stream = stream
+        self.prompt_tokens = prompt_tokens
+        self.out_len = out_len
+        self.model = model
+        self.arrival = time.monotonic()
+        self.first_t = math.nan
+        self.last_t = 0.0
+        self.n = 0
+        self.sent = 0
+        self.fault = ""
+        self.fault_at = 0
+        self.short = False
+        self.transport: Any = None
+        self.chunked = True
+        self.done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self.body: object = None
+        self.created = int(time.time())
+        self.include_usage = False
+        self._mid = b""
+
+    # -- called by the engine task once per token -----------------------------------
+    def on_token(self, now: float) -> None:
+        n = self.n + 1
+        self.n = n
+        srv = self.srv
+        if n == 1:
+            self.first_t = now
+            srv.metrics.ttft[self.stream].observe(now - self.arrival)
+        else:
+            srv.metrics.itl.observe(now - self.last_t)
+        self.last_t = now
+        if n == self.fault_at:
+            srv.fail_midway(self, now)
+            return
+        if n == self.out_len:
+            if self.stream:
+                self.send(self.final_chunks(now) + b"data: [DONE]\n\n")
+            srv.finish(self, now, "ok")
+        elif self.stream and (n == 1 or n % srv.stream_interval == 0):
+            self.send(self.chunk(n))
+
+    def send(self, payload: bytes) -> None:
+        """Write already-serialised SSE bytes as one HTTP chunk."""
+        transport = self.transport
+        if transport.is_closing():
+            self.srv.client_gone(self)
+            return
+        if self.chunked:
+            transport.write(b"%x\r\n%b\r\n" % (len(payload), payload))
+        else:
+            transport.write(payload)
+        self.sent = self.n
+
+    def finish_reason(self) -> dict[str, object]:
+        if self.short:
+            return {"type": "stop", "matched": EOS_TOKEN_ID}
+        return {"type": "length", "length": self.n}
+
+    def e2e_s(self, now: float) -> float:
+        return now - self.arrival
+
+    def text(self) -> str:
+        return (WORD * self.n).decode()
+
+    # -- API specific ---------------------------------------------------------------
+    def chunk(self, n: int) -> bytes:
+        raise NotImplementedError
+
+    def final_chunks(self, now: float) -> bytes:
+        raise NotImplementedError
+
+    def response(self, now: float) -> object:
+        raise NotImplementedError
+
+
+class _GenerateReq(_Req):
+    """SGLang's native /generate: cumulative text and output_ids in every chunk."""
+
+    __slots__ = ()
+
+    def prepare(self) -> None:
+        self._mid = (
+            b'],"meta_info":{"id":"' + self.rid.encode()
+            + b'","finish_reason":null,"prompt_tokens":%d' % self.prompt_tokens
+            + b',"weight_version":"default","num_retractions":0,"reasoning_tokens":0,"completion_tokens":'
+        )
+        self.srv.tapes.ensure(self.out_len)
+
+    def chunk(self, n: int) -> bytes:
+        tapes = self.srv.tapes
+        return b"".join((
+            b'data: {"text":"', tapes.text[: _WORD_LEN * n], b'","output_ids":[',
+            tapes.ids[: tapes.id_offsets[n]], self._mid, b"%d" % n, b',"cached_tokens":0}}\n\n',
+        ))
+
+    def meta_info(self, now: float) -> dict[str, object]:
+        return {
+            "id": self.rid,
+            "finish_reason": self.finish_reason(),
+            "prompt_tokens": self.prompt_tokens,
+            "weight_version": "default",
+            "num_retractions": 0,
+            "reasoning_tokens": 0,
+            "completion_tokens": self.n,
+            "cached_tokens": 0,
+            "e2e_latency": self.e2e_s(now),
+        }
+
+    def response(self, now: float) -> object:
+        return {"text": self.text(), "output_ids": self.srv.tapes.id_list(self.n),
+                "meta_info": self.meta_info(now)}
+
+    def final_chunks(self, now: float) -> bytes:
+        return b"data: " + _jbytes(self.response(now)) + b"\n\n"
+
+
+class _CompletionReq(_Req):
+    """OpenAI /v1/completions: text deltas; finish_reason on the last content chunk."""
+
+    __slots__ = ()
+
+    def prepare(self) -> None:
+        self._mid = (
+            b'data: {"id":"' + self.rid.encode() + b'","object":"text_completion","created":%d'
+            % self.created + b',"model":' + _jbytes(self.model) + b',"choices":[{"index":0,"text":"'
+        )
+
+    def chunk(self, n: int) -> bytes:
+        return b"".join((
+            self._mid, WORD * (n - self.sent),
+            b'","logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null}\n\n',
+        ))
+
+    def usage(self) -> dict[str, object]:
+        return {"prompt_tokens": self.prompt_tokens, "total_tokens": self.prompt_tokens + self.n,
+                "completion_tokens": self.n, "reasoning_tokens": 0}
+
+    def _finish_type(self) -> str:
+        return "stop" if self.short else "length"
+
+    def _matched(self) -> int | None:
+        return EOS_TOKEN_ID if self.short else None
+
+    def final_chunks(self, now: float) -> bytes:
+        last = {
+            "id": self.rid, "object": "text_completion", "created": self.created, "model": self.model,
+            "choices": [{"index": 0, "text": (WORD * (self.n - self.sent)).decode(), "logprobs": None,
+                         "finish_reason": self._finish_type(), "matched_stop": self._matched()}],
+            "usage": None,
+        }
+        out = b"data: " + _jbytes(last) + b"\n\n"
+        if self.include_usage:
+            usage = {"id": self.rid, "object": "text_completion", "created": self.created,
+                     "model": self.model, "choices": [], "usage": self.usage()}
+            out += b"data: " + _jbytes(usage) + b"\n\n"
+        return out
+
+    def response(self, now: float) -> object:
+        usage = dict(self.usage(), prompt_tokens_details=None, completion_tokens_details=None)
+        return {
+            "id": self.rid, "object": "text_completion", "created": self.created, "model": self.model,
+            "choices": [{"index": 0, "text": self.text(), "logprobs": None,
+                         "finish_reason": self._finish_type(), "matched_stop": self._matched()}],
+            "usage": usage, "metadata": None,
+        }
+
+
+class _ChatReq(_CompletionReq):
+    """OpenAI /v1/chat/completions: a role chunk, content deltas, a finish chunk, usage."""
+
+    __slots__ = ()
+
+    def prepare(self) -> None:
+        self._mid = (
+            b'data: {"id":"' + self.rid.encode() + b'","object":"chat.completion.chunk","created":%d'
+            % self.created + b',"model":' + _jbytes(self.model) + b',"choices":[{"index":0,"delta":'
+        )
+
+    _TAIL = b',"logprobs":null,"finish_reason":null,"matched_stop":null}]}\n\n'
+
+    def chunk(self, n: int) -> bytes:
+        content = b"".join((
+            self._mid, b'{"reasoning_content":null,"content":"', WORD * (n - self.sent), b'"}', self._TAIL,
+        ))
+        if self.sent == 0:
+            return self._mid + b'{"reasoning_content":null,"role":"assistant","content":""}' + self._TAIL + content
+        return content
+
+    def final_chunks(self, now: float) -> bytes:
+        out = b""
+        if self.n > self.sent:
+            out = self.chunk(self.n)
+        finish = {
+            "id": self.rid, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+            "choices": [{"index": 0, "delta": {"reasoning_content": None}, "logprobs": None,
+                         "finish_reason": self._finish_type(), "matched_stop": self._matched()}],
+        }
+        out += b"data: " + _jbytes(finish) + b"\n\n"
+        if self.include_usage:
+            usage = dict(self.usage(), prompt_tokens_details=None, completion_tokens_details=None)
+            chunk = {"id": self.rid, "object": "chat.completion.chunk", "created": self.created,
+                     "model": self.model, "choices": [], "usage": usage}
+            out += b"data: " + _jbytes(chunk) + b"\n\n"
+        return out
+
+    def response(self, now: float) -> object:
+        usage = dict(self.usage(), prompt_tokens_details=None, completion_tokens_details=None)
+        return {
+            "id": self.rid, "object": "chat.completion", "created": self.created, "model": self.model,
+            "choices": [{"index": 0,
+                         "message": {"role": "assistant", "content": self.text(), "reasoning_content": None},
+                         "logprobs": None, "finish_reason": self._finish_type(),
+                         "matched_stop": self._matched()}],
+            "usage": usage, "metadata": None,
+        }
+
+
+class _BadRequest(Exception):
+    """A request the simulator refuses with HTTP 400, as SGLang would."""
+
+
+def _error_400(message: str, openai: bool) -> web.Response:
+    if openai:
+        body = {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400}
+    else:
+        body = {"error": {"message": message}}
+    return web.json_response(body, status=400, dumps=_JSON_DUMPS)
+
+
+def _int_field(obj: dict[str, Any], key: str, default: int | None, low: int) -> int | None:
+    value = obj.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _BadRequest(f"{key} must be an integer, got {value!r}")
+    if value < low:
+        raise _BadRequest(f"{key} must be >= {low}, got {value}")
+    return value
+
+
+class _Truth:
+    """Finished requests as compact columns (time.monotonic() seconds)."""
+
+    def __init__(self) -> None:
+        self.seq = array("q")
+        self.arrival = array("d")
+        self.first = array("d")
+        self.finish = array("d")
+        self.outputs = array("q")
+
+    def add(self, req: _Req, now: float) -> None:
+        self.seq.append(req.seq)
+        self.arrival.append(req.arrival)
+        self.first.append(req.first_t)
+        self.finish.append(now)
+        self.outputs.append(req.n)
+
+    def report(self, prefix: str, since: float) -> dict[str, object]:
+        keep = [i for i, t in enumerate(self.arrival) if t >= since]
+        ttfts = [self.first[i] - self.arrival[i] for i in keep]
+        tpots = [(self.finish[i] - self.first[i]) / (self.outputs[i] - 1) for i in keep if self.outputs[i] > 1]
+        e2e = [self.finish[i] - self.arrival[i] for i in keep]
+
+        def mean_ms(values: list[float]) -> float | None:
+            return sum(values) / len(values) * 1e3 if values else None
+
+        return {
+            "clock": "time.monotonic",
+            "requests": {
+                "id": [prefix + f"{self.seq[i]:08x}" for i in keep],
+                "arrival_s": [self.arrival[i] for i in keep],
+                "first_token_s": [self.first[i] for i in keep],
+                "finish_s": [self.finish[i] for i in keep],
+                "output_tokens": [self.outputs[i] for i in keep],
+            },
+            "aggregates": {
+                "completed": len(keep),
+                "output_tokens": sum(self.outputs[i] for i in keep),
+                "mean_ttft_ms": mean_ms(ttfts),
+                "mean_tpot_ms": mean_ms(tpots),
+                "mean_e2e_latency_ms": mean_ms(e2e),
+            },
+        }
+
+
+def log(message: str) -> None:
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    print(f"[{stamp}] {message}", flush=True)
+
+
+class SimServer:
+    """State shared by the handlers and the engine task."""
+
+    def __init__(self, opts: SimOptions) -> None:
+        self.opts = opts
+        self.config = opts.engine_config()
+        self.engine = Engine(self.config)
+        self.stream_interval = opts.stream_interval
+        self.tapes = _Tapes(opts.vocab_size)
+        self.metrics = ServerMetrics(opts.served_model_name)
+        self.truth = _Truth()
+        self.gpus = make_gpus(opts.gpus, opts.gpu_name, opts.power_limit_w, opts.idle_gpus, opts.seed)
+        self.power = PowerModel(opts.idle_power_w, opts.full_power_w, time.monotonic())
+        self.rid_prefix = uuid.UUID(int=random.Random(f"perfgate-sim-rid-{opts.seed}").getrandbits(128)).hex[:24]
+        self.fault_rng = random.Random(f"perfgate-sim-faults-{opts.seed}")
+        self.reqs: dict[int, _Req] = {}
+        self.seq = 0
+        self.ready = False
+        self.startup_time = time.time()
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._gen_window: deque[tuple[float, int]] = deque()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # -- lifecycle ------------------------------------------------------------------
+    async def start(self, app: web.Application) -> None:
+        self._tasks.append(asyncio.create_task(self._engine_loop()))
+        self._tasks.append(asyncio.create_task(self._warmup()))
+
+    async def stop(self, app: web.Application) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _warmup(self) -> None:
+        opts = self.opts
+        log(f"perfgate.sim {VERSION}: {opts.gpus} x {opts.gpu_name}, model {opts.model_path}, "
+            f"http://{opts.host}:{opts.port}")
+        if opts.hang_at_startup:
+            return
+        await asyncio.sleep(opts.startup_delay_s)
+        if opts.fail_at_startup:
+            log(FAIL_LINE)
+            sys.stderr.flush()
+            os._exit(1)
+        self.ready = True
+        log(READY_LINE)
+
+    # -- engine task ----------------------------------------------------------------
+    async def _engine_loop(self) -> None:
+        try:
+            await self._run_engine()
+        except asyncio.CancelledError:
+            raise
+        except BaseException:
+            # A bug here would leave every client hanging: die loudly instead.
+            traceback.print_exc()
+            sys.stderr.flush()
+            os._exit(70)
+
+    async def _run_engine(self) -> None:
+        engine = self.engine
+        loop = asyncio.get_running_loop()
+        reqs = self.reqs
+        window = self._gen_window
+        deadline = -math.inf
+        while True:
+            step = engine.step()
+            if step is None:
+                self.power.set_busy(False, time.monotonic())
+                self._idle.set()
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            self._idle.clear()
+            start = loop.time()
+            if deadline < start - MAX_LAG_S:
+                deadline = start
+            if step.duration_s > 0:
+                self.power.set_busy(True, start)
+            deadline += step.duration_s
+            await asyncio.sleep(deadline - start)
+            now = time.monotonic()
+            get = reqs.get
+            for rid in step.tokens_for:
+                req = get(rid)
+                if req is not None:
+                    req.on_token(now)
+            window.append((now, engine.generated_tokens))
+            while window and window[0][0] < now - 5.0:
+                window.popleft()
+
+    def submit(self, req: _Req, input_len: int) -> None:
+        """Queue ``req`` in the engine (ValueError if it can never run)."""
+        req.eid = self.engine.submit(input_len, req.out_len)
+        req.prepare()
+        self.reqs[req.eid] = req
+        self._idle.clear()
+        self._wake.set()
+
+    def finish(self, req: _Req, now: float, outcome: str) -> None:
+        """The request is over (``outcome``: ok, error, truncated, gone)."""
+        if outcome != "ok":
+            self.engine.abort(req.eid)
+        self.reqs.pop(req.eid, None)
+        m = self.metrics
+        m.prompt_tokens[req.stream] += req.prompt_tokens
+        m.generation_tokens[req.stream] += req.n
+        if outcome == "ok":
+            m.e2e[req.stream].observe(now - req.arrival)
+            self.truth.add(req, now)
+            if not req.stream:
+                req.body = req.response(now)
+        if not req.done.done():
+            req.done.set_result(outcome)
+
+    def fail_midway(self, req: _Req, now: float) -> None:
+        if req.fault == "error":
+            if req.stream:
+                error = {"error": {"message": "perfgate.sim injected a mid-stream error",
+                                   "type": "invalid_request_error", "code": 400, "retryable": False}}
+                req.send(b"data: " + _jbytes(error) + b"\n\ndata: [DONE]\n\n")
+            self.finish(req, now, "error")
+        else:
+            if req.transport is not None:
+                req.transport.close()
+            self.finish(req, now, "truncated")
+
+    def client_gone(self, req: _Req) -> None:
+        self.finish(req, time.monotonic(), "gone")
+
+    # -- readings -------------------------------------------------------------------
+    def gauges(self) -> dict[str, float]:
+        engine = self.engine
+        window = self._gen_window
+        throughput = 0.0
+        if len(window) >= 2 and window[-1][0] > time.monotonic() - 2.0:
+            (t0, g0), (t1, g1) = window[0], window[-1]
+            throughput = (g1 - g0) / (t1 - t0) if t1 > t0 else 0.0
+        return {
+            "sglang:num_running_reqs": engine.num_running,
+            "sglang:num_queue_reqs": engine.num_waiting,
+            "sglang:gen_throughput": throughput,
+            "sglang:token_usage": engine.kv_used_tokens / self.config.max_total_tokens,
+            "sglang:cache_hit_rate": 0.0,
+        }
+
+    async def wait_idle(self, timeout_s: float) -> bool:
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
