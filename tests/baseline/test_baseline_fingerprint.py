@@ -60,7 +60,10 @@ def test_slug_is_readable() -> None:
 def test_describe_difference() -> None:
     old, new = make(), make(gpu_count=4, power_limit_w=300, server_args=["--tp", "4", "--max-running-requests", "1024"])
     text = old.describe_difference(new)
-    assert text == "gpu_count 8 -> 4, power_limit_w 600 -> 300, server_args -TP_OLD, +TP_NEW".replace("TP_OLD", "--tp-size=8").replace("TP_NEW", "--tp-size=4")
+    assert text == "gpu_count 8 -> 4, power_limit_w 600 -> 300, server_args --tp-size=8 -> --tp-size=4"
+    assert make().describe_difference(make(server_args=["--tp", "8", "--max-running-requests", "1024", "--disable-cuda-graph"])) == (
+        "server_args (none) -> --disable-cuda-graph=true"
+    )
     assert old.describe_difference(old) == "nothing"
     w = make(workload=Workload(name="x", num_prompts=1024, concurrency=512, input_len=256, output_len=128))
     assert old.describe_difference(w) == "workload concurrency 1024 -> 512"

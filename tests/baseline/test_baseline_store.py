@@ -9,7 +9,7 @@ from baseline_factories import WL, baseline, fingerprint
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from perfgate.baseline import SCHEMA_VERSION, Baseline, BaselineStore, diff, provenance, read_baseline
+from perfgate.baseline import SCHEMA_VERSION, Baseline, BaselineStore, diff, others_note, provenance, read_baseline
 from perfgate.errors import BaselineError
 from perfgate.verdict import MetricRule
 
@@ -70,9 +70,17 @@ def test_others_lists_other_fingerprints_and_says_what_differs(tmp_path: Path) -
     store.save(four, rules=RULES)
     (other,) = store.others("glm5", WL.name, eight.fingerprint)
     assert other == four
-    assert eight.fingerprint.describe_difference(other.fingerprint) == "gpu_count 8 -> 4, server_args -" + "--tp-size=8, +--tp-size=4"
+    assert eight.fingerprint.describe_difference(other.fingerprint) == "gpu_count 8 -> 4, server_args --tp-size=8 -> --tp-size=4"
     assert store.load("glm5", WL.name, eight.fingerprint) == eight
     assert len(store.list_all()) == 2
+    # This run has 4 GPUs; only the 8-GPU baseline exists: say so, and never use it.
+    run_fp = fingerprint(gpu_count=4, server_args=["--tp", "4"], power_limit_w=300)
+    note = others_note(run_fp, store.others("glm5", WL.name, run_fp))
+    assert note == (
+        "baselines exist for other fingerprints (baseline -> this run: power_limit_w 700 -> 300; "
+        "gpu_count 8 -> 4, power_limit_w 700 -> 300, server_args --tp-size=8 -> --tp-size=4); not used"
+    )
+    assert others_note(eight.fingerprint, []) == ""
 
 
 def test_save_refuses_a_regression_without_a_reason(tmp_path: Path) -> None:

@@ -104,13 +104,14 @@ class Fingerprint:
         return [(k, mine[k], theirs[k]) for k in mine if mine[k] != theirs[k]]
 
     def describe_difference(self, other: Fingerprint) -> str:
-        """One line such as ``gpu_count 8 -> 4, power_limit_w 600 -> 300`` (self -> other)."""
+        """One line such as ``gpu_count 8 -> 4, server_args --tp-size=8 -> --tp-size=4`` (self -> other;
+        for server_args, the flags only self has -> the flags only other has)."""
         parts = []
         for name, old, new in self.differences(other):
             if name == "server_args":
                 removed = sorted(set(old) - set(new))
                 added = sorted(set(new) - set(old))
-                parts.append("server_args " + ", ".join([f"-{a}" for a in removed] + [f"+{a}" for a in added]))
+                parts.append(f"server_args {' '.join(removed) or '(none)'} -> {' '.join(added) or '(none)'}")
             elif name == "workload":
                 keys = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
                 parts.append("workload " + ", ".join(f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in keys))
