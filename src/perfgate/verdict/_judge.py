@@ -182,19 +182,15 @@ def _judge_metric(
         bounds.insert(0, _Bound("limit", base - allowed if higher else base + allowed, higher, beyond and significant))
 
     violated = [b for b in bounds if b.violated]
-    shown = _applicable_bound(bounds, higher)
+    shown = violated[0] if violated else _applicable_bound(bounds, higher)
+    limit = shown.value if shown else None
+    status: Status
     if violated:
-        status: Status = "fail"
-        ok = False
-        limit = violated[0].value
+        status, ok = "fail", False
     elif rule.tolerance is not None and base is None:
-        status = "no-baseline"
-        ok = not require_baseline
-        limit = bounds[0].value if bounds else None
+        status, ok = "no-baseline", not require_baseline
     else:
-        status = "pass"
-        ok = True
-        limit = shown.value if shown else None
+        status, ok = "pass", True
 
     details = []
     if base is not None:
