@@ -93,8 +93,9 @@ class Workload:
         }
 
 
-# 3 %: with 3 repeats and ~1 % run-to-run noise this catches a 5 % throughput drop in ~100 %
-# of trials with ~0 % false alarms; 5 % caught only ~60 % of them (benchmarks/detection.py).
+# 3 %: with 3 repeats and ~1 % run-to-run noise the verdict catches 98.9 % of 5 % throughput
+# drops with 0.05 % false alarms; at 5 % it caught 60 % (a drop equal to the tolerance is a
+# coin flip). See benchmarks/detection.py.
 DEFAULT_TOLERANCE: Mapping[str, float] = {
     "output_throughput": 0.03,
     "total_throughput": 0.03,
