@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -216,5 +217,14 @@ def test_provenance_helper(tmp_path: Path) -> None:
     assert p["git_commit"] is None  # tmp_path is not a git repository
     assert p["host"] and p["user"] and p["perfgate_version"]
     assert p["date"].endswith("+00:00") and p["date"][:2] == "20"
-    here = provenance({}, repo_dir=Path(__file__).parent)
-    assert here["git_commit"] is not None and len(here["git_commit"].split("-")[0]) == 40
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (repo / "f").write_text("x")
+    subprocess.run([*git, "add", "f"], check=True)
+    subprocess.run([*git, "commit", "-qm", "c"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    assert provenance({}, repo_dir=repo)["git_commit"] == head
+    (repo / "f").write_text("changed")
+    assert provenance({}, repo_dir=repo)["git_commit"] == f"{head}-dirty"
