@@ -33,9 +33,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from perfgate.profile import GateSpec, Workload  # noqa: E402
-from perfgate.sim import SimConfig, simulate  # noqa: E402
-from perfgate.verdict import MetricRule, judge, rules_for  # noqa: E402
+from perfgate.profile import GateSpec, Workload
+from perfgate.sim import SimConfig, simulate
+from perfgate.verdict import MetricRule, judge, rules_for
 
 # A quick CI-sized version of the scenario's workload (1024 prompts there): all prompts
 # arrive at once, 256 tokens in, 128 out.

@@ -12,16 +12,16 @@ WL = Workload(name="c1024-in256-out128", num_prompts=1024, concurrency=1024, inp
 
 
 def make(**overrides: object) -> Fingerprint:
-    facts: dict[str, object] = dict(
-        gpu_model="NVIDIA RTX PRO 6000 Blackwell Server Edition",
-        gpu_count=8,
-        power_limit_w=600.0,
-        driver_version="580.105.08",
-        engine="sglang",
-        model="/models/GLM-5-NVFP4",
-        server_args=["--tp", "8", "--max-running-requests", "1024"],
-        workload=WL,
-    )
+    facts: dict[str, object] = {
+        "gpu_model": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+        "gpu_count": 8,
+        "power_limit_w": 600.0,
+        "driver_version": "580.105.08",
+        "engine": "sglang",
+        "model": "/models/GLM-5-NVFP4",
+        "server_args": ["--tp", "8", "--max-running-requests", "1024"],
+        "workload": WL,
+    }
     facts.update(overrides)
     return fingerprint_for(**facts)  # type: ignore[arg-type]
 

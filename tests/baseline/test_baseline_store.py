@@ -10,7 +10,15 @@ from baseline_factories import WL, baseline, fingerprint
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from perfgate.baseline import SCHEMA_VERSION, Baseline, BaselineStore, diff, others_note, provenance, read_baseline
+from perfgate.baseline import (
+    SCHEMA_VERSION,
+    Baseline,
+    BaselineStore,
+    diff,
+    others_note,
+    provenance,
+    read_baseline,
+)
 from perfgate.errors import BaselineError
 from perfgate.verdict import MetricRule
 

@@ -154,7 +154,7 @@ alphas = st.sampled_from([0.01, 0.05, 0.1, 0.2])
 def test_direction_symmetry(now: list[float], base: list[float], tol: float, alpha: float, floor: float | None) -> None:
     """A throughput drop fails exactly when the mirrored latency rise fails."""
     center = median(base)
-    mirror = lambda xs: [2 * center - x for x in xs]  # noqa: E731 - reflection about the baseline median
+    mirror = lambda xs: [2 * center - x for x in xs]
     up = judge(WL, [MetricRule("output_throughput", "higher", tol, floor=floor)], reps("output_throughput", *now), reps("output_throughput", *base), alpha=alpha)
     ceiling = None if floor is None else 2 * center - floor
     down = judge(WL, [MetricRule("mean_tpot_ms", "lower", tol, ceiling=ceiling)], reps("mean_tpot_ms", *mirror(now)), reps("mean_tpot_ms", *mirror(base)), alpha=alpha)

@@ -10,8 +10,9 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from perfgate.baseline._args import normalize_args
 from perfgate.profile import Workload
@@ -148,7 +149,7 @@ def fingerprint_for(
     """Build a fingerprint from raw facts: rounds the limit, cuts the driver to its major
     version, normalizes the args and takes the workload's spec. Runs of spaces in the GPU
     model name collapse to one ("NVIDIA  H100" == "NVIDIA H100")."""
-    limit = None if power_limit_w is None or not math.isfinite(power_limit_w) else int(round(power_limit_w))
+    limit = None if power_limit_w is None or not math.isfinite(power_limit_w) else round(power_limit_w)
     spec = workload.spec() if isinstance(workload, Workload) else dict(workload)
     return Fingerprint(
         gpu_model=" ".join(gpu_model.split()),

@@ -11,8 +11,9 @@ checked on the median whether or not a baseline exists.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Mapping, Sequence
+from typing import Literal
 
 from perfgate.verdict._direction import Direction, unit_of
 from perfgate.verdict._rules import MetricRule
@@ -131,7 +132,7 @@ def _judge_metric(
     higher = rule.direction == "higher"
     vals = _values(current, metric)
     base_vals = _values(baseline, metric) if baseline is not None else []
-    common = dict(workload=workload, metric=metric, direction=rule.direction, n_measured=len(vals), n_baseline=len(base_vals))
+    common = {"workload": workload, "metric": metric, "direction": rule.direction, "n_measured": len(vals), "n_baseline": len(base_vals)}
     if not vals:
         return MetricVerdict(
             **common,

@@ -14,8 +14,8 @@ null distribution, and a worse measurement could turn a fail into a pass.)
 from __future__ import annotations
 
 import math
-from functools import lru_cache
-from typing import Sequence
+from collections.abc import Sequence
+from functools import cache
 
 # Pooled repeat counts up to this use the exact distribution (a few ms to build, then cached).
 _EXACT_MAX_N = 40
@@ -41,7 +41,7 @@ def min_p_value(n_a: int, n_b: int) -> float:
     return 1.0 / math.comb(n_a + n_b, n_a)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _u_counts(m: int, n: int) -> tuple[int, ...]:
     """counts[u] = number of orderings of m + n distinct values in which exactly u of the
     m * n cross pairs have the first sample's value above the second's."""
