@@ -47,7 +47,7 @@ DROPS = (0.0, 0.03, 0.05, 0.10)
 NOISE_LEVELS: dict[str, tuple[dict[str, float], tuple[int, ...]]] = {
     "sim-default": ({}, (3,)),
     "1pct": ({"drift": 0.016}, (1, 3, 5)),
-    "2pct": ({"drift": 0.032}, (3,)),
+    "2pct": ({"drift": 0.032}, (3, 5)),
 }
 
 
