@@ -236,3 +236,31 @@ def test_provenance_helper(tmp_path: Path) -> None:
     assert provenance({}, repo_dir=repo)["git_commit"] == head
     (repo / "f").write_text("changed")
     assert provenance({}, repo_dir=repo)["git_commit"] == f"{head}-dirty"
+
+
+def test_missing_root_has_no_baselines(tmp_path: Path) -> None:
+    store = BaselineStore(tmp_path / "not-yet")
+    assert store.load("glm5", WL.name, fingerprint()) is None
+    assert store.others("glm5", WL.name, fingerprint()) == []
+    assert store.list_all() == []
+
+
+def test_unwritable_root_raises(tmp_path: Path) -> None:
+    root = tmp_path / "a-file"
+    root.write_text("")
+    with pytest.raises(BaselineError, match=r"cannot be created"):
+        BaselineStore(root).save(baseline([1000.0]), rules=RULES)
+
+
+def test_held_lock_times_out_with_a_clear_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import filelock
+
+    import perfgate.baseline._store as store_module
+
+    monkeypatch.setattr(store_module, "LOCK_TIMEOUT_S", 0.2)
+    store = BaselineStore(tmp_path)
+    (tmp_path / "glm5").mkdir()
+    with filelock.FileLock(str(tmp_path / "glm5" / f".{WL.name}.lock")):
+        with pytest.raises(BaselineError, match=r"could not take the lock .* another perfgate run is updating baselines"):
+            store.save(baseline([1000.0]), rules=RULES)
+    assert store.load("glm5", WL.name, fingerprint()) is None
