@@ -260,7 +260,7 @@ def test_held_lock_times_out_with_a_clear_message(tmp_path: Path, monkeypatch: p
     monkeypatch.setattr(store_module, "LOCK_TIMEOUT_S", 0.2)
     store = BaselineStore(tmp_path)
     (tmp_path / "glm5").mkdir()
-    with filelock.FileLock(str(tmp_path / "glm5" / f".{WL.name}.lock")):
-        with pytest.raises(BaselineError, match=r"could not take the lock .* another perfgate run is updating baselines"):
-            store.save(baseline([1000.0]), rules=RULES)
+    held = filelock.FileLock(str(tmp_path / "glm5" / f".{WL.name}.lock"))
+    with held, pytest.raises(BaselineError, match=r"could not take the lock .* another perfgate run is updating baselines"):
+        store.save(baseline([1000.0]), rules=RULES)
     assert store.load("glm5", WL.name, fingerprint()) is None
