@@ -10,7 +10,7 @@ in their order), and normalizing it again returns it unchanged.
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 # Flags that only change where the server listens, what it logs, or who may call it.
 _IGNORED = frozenset(

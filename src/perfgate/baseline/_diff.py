@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from perfgate.baseline._document import Baseline
+from perfgate.baseline._fingerprint import Fingerprint
 from perfgate.verdict import fmt_value, unit_of
 
 
@@ -46,3 +48,16 @@ def diff(old: Baseline, new: Baseline) -> BaselineDiff:
         fingerprint=tuple(old.fingerprint.differences(new.fingerprint)),
         metrics=tuple(MetricChange(k, a.get(k), b.get(k)) for k in sorted({*a, *b})),
     )
+
+
+def others_note(fingerprint: Fingerprint, others: Sequence[Baseline]) -> str:
+    """What to tell the user about baselines recorded under other fingerprints (never used).
+
+    E.g. ``a baseline exists for another fingerprint (baseline -> this run: gpu_count 8 -> 4);
+    not used``; "" when there are none. Pass it to ``judge(..., no_baseline_note=...)``.
+    """
+    if not others:
+        return ""
+    diffs = "; ".join(o.fingerprint.describe_difference(fingerprint) for o in others)
+    many = "baselines exist for other fingerprints" if len(others) > 1 else "a baseline exists for another fingerprint"
+    return f"{many} (baseline -> this run: {diffs}); not used"

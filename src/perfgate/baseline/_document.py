@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from perfgate.baseline._args import normalize_args
 from perfgate.baseline._fingerprint import Fingerprint, driver_major
@@ -132,7 +133,7 @@ def _v0_to_v1(old: Mapping[str, Any]) -> dict[str, Any]:
     fingerprint = Fingerprint(
         gpu_model=" ".join(str(machine["gpu"]).split()),
         gpu_count=int(machine["gpus"]),
-        power_limit_w=None if limit is None else int(round(float(limit))),
+        power_limit_w=None if limit is None else round(float(limit)),
         driver_major=driver_major(str(machine.get("driver", ""))),
         engine=str(server.get("engine", "sglang")),
         model=str(server["model"]).strip().rstrip("/"),

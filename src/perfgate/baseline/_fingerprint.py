@@ -10,8 +10,9 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from perfgate.baseline._args import normalize_args
 from perfgate.profile import Workload
@@ -104,13 +105,14 @@ class Fingerprint:
         return [(k, mine[k], theirs[k]) for k in mine if mine[k] != theirs[k]]
 
     def describe_difference(self, other: Fingerprint) -> str:
-        """One line such as ``gpu_count 8 -> 4, power_limit_w 600 -> 300`` (self -> other)."""
+        """One line such as ``gpu_count 8 -> 4, server_args --tp-size=8 -> --tp-size=4`` (self -> other;
+        for server_args, the flags only self has -> the flags only other has)."""
         parts = []
         for name, old, new in self.differences(other):
             if name == "server_args":
                 removed = sorted(set(old) - set(new))
                 added = sorted(set(new) - set(old))
-                parts.append("server_args " + ", ".join([f"-{a}" for a in removed] + [f"+{a}" for a in added]))
+                parts.append(f"server_args {' '.join(removed) or '(none)'} -> {' '.join(added) or '(none)'}")
             elif name == "workload":
                 keys = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
                 parts.append("workload " + ", ".join(f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in keys))
@@ -147,7 +149,7 @@ def fingerprint_for(
     """Build a fingerprint from raw facts: rounds the limit, cuts the driver to its major
     version, normalizes the args and takes the workload's spec. Runs of spaces in the GPU
     model name collapse to one ("NVIDIA  H100" == "NVIDIA H100")."""
-    limit = None if power_limit_w is None or not math.isfinite(power_limit_w) else int(round(power_limit_w))
+    limit = None if power_limit_w is None or not math.isfinite(power_limit_w) else round(power_limit_w)
     spec = workload.spec() if isinstance(workload, Workload) else dict(workload)
     return Fingerprint(
         gpu_model=" ".join(gpu_model.split()),

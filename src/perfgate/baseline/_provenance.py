@@ -7,14 +7,15 @@ import importlib.metadata
 import os
 import socket
 import subprocess
-from datetime import datetime, timezone
+from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 
 def utc_now_iso() -> str:
     """Current UTC time, ISO 8601 to the second, e.g. ``2026-11-29T19:30:00+00:00``."""
-    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+    return datetime.now(UTC).replace(microsecond=0).isoformat()
 
 
 def current_user() -> str:
@@ -36,7 +37,7 @@ def git_commit(repo_dir: Path | str = ".") -> str | None:
     """HEAD's commit hash in ``repo_dir`` (suffixed "-dirty" when the tree has changes), or None."""
     try:
         head = subprocess.run(
-            ["git", "-C", str(repo_dir), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+            ["git", "-C", str(repo_dir), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=False
         )
         if head.returncode != 0:
             return None
@@ -45,6 +46,7 @@ def git_commit(repo_dir: Path | str = ".") -> str | None:
             capture_output=True,
             text=True,
             timeout=10,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired):
         return None

@@ -15,9 +15,9 @@ import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Sequence
 
 import filelock
 

@@ -104,10 +104,13 @@ class Workload:
         }
 
 
+# 3 %: with 3 repeats and ~1 % run-to-run noise the verdict catches 98.9 % of 5 % throughput
+# drops with 0.05 % false alarms; at 5 % it caught 60 % (a drop equal to the tolerance is a
+# coin flip). See benchmarks/detection.py.
 DEFAULT_TOLERANCE: Mapping[str, float] = {
-    "output_throughput": 0.05,
-    "total_throughput": 0.05,
-    "mean_tpot_ms": 0.05,
+    "output_throughput": 0.03,
+    "total_throughput": 0.03,
+    "mean_tpot_ms": 0.03,
     "p99_tpot_ms": 0.10,
 }
 

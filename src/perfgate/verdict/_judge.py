@@ -11,8 +11,9 @@ checked on the median whether or not a baseline exists.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Mapping, Sequence
+from typing import Literal
 
 from perfgate.verdict._direction import Direction, unit_of
 from perfgate.verdict._rules import MetricRule
@@ -131,7 +132,7 @@ def _judge_metric(
     higher = rule.direction == "higher"
     vals = _values(current, metric)
     base_vals = _values(baseline, metric) if baseline is not None else []
-    common = dict(workload=workload, metric=metric, direction=rule.direction, n_measured=len(vals), n_baseline=len(base_vals))
+    common = {"workload": workload, "metric": metric, "direction": rule.direction, "n_measured": len(vals), "n_baseline": len(base_vals)}
     if not vals:
         return MetricVerdict(
             **common,
@@ -182,19 +183,15 @@ def _judge_metric(
         bounds.insert(0, _Bound("limit", base - allowed if higher else base + allowed, higher, beyond and significant))
 
     violated = [b for b in bounds if b.violated]
-    shown = _applicable_bound(bounds, higher)
+    shown = violated[0] if violated else _applicable_bound(bounds, higher)
+    limit = shown.value if shown else None
+    status: Status
     if violated:
-        status: Status = "fail"
-        ok = False
-        limit = violated[0].value
+        status, ok = "fail", False
     elif rule.tolerance is not None and base is None:
-        status = "no-baseline"
-        ok = not require_baseline
-        limit = bounds[0].value if bounds else None
+        status, ok = "no-baseline", not require_baseline
     else:
-        status = "pass"
-        ok = True
-        limit = shown.value if shown else None
+        status, ok = "pass", True
 
     details = []
     if base is not None:
