@@ -119,7 +119,8 @@ DEFAULT_TOLERANCE: Mapping[str, float] = {
 class GateSpec:
     """What the measured numbers are held to."""
 
-    repeats: int = 1
+    # Three repeats let the Mann-Whitney test confirm a drop (benchmarks/detection.py).
+    repeats: int = 3
     require_baseline: bool = False
     # Relative tolerance per gated metric: a throughput may drop, a latency may rise, by this much.
     tolerance: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_TOLERANCE))

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from perfgate.baseline import Baseline, BaselineStore, Fingerprint, fingerprint_for, provenance
+from perfgate.baseline import Baseline, BaselineStore, Fingerprint, fingerprint_for, others_note, provenance
 from perfgate.errors import BaselineError, PerfgateError, ProfileError, TelemetryError
 from perfgate.load import ClientLimits, Progress, run_workload
 from perfgate.metrics import compute_metrics
@@ -161,9 +161,7 @@ class GateSession:
         baseline = self.store.load(self.profile.name, workload.name, fingerprint)
         note = ""
         if baseline is None:
-            others = self.store.others(self.profile.name, workload.name, fingerprint)
-            if others:
-                note = f"a baseline exists for another fingerprint ({others[0].fingerprint.describe_difference(fingerprint)}); not used"
+            note = others_note(fingerprint, self.store.others(self.profile.name, workload.name, fingerprint))
         verdict = judge(
             workload.name,
             self._rules[workload.name],
