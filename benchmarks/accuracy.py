@@ -12,7 +12,10 @@ Requests arrive at a constant 256/s (the 1024 streams fill in 4 s): truth's cloc
 the server's handler runs, the client's just before the POST, and a burst of 1024 requests at
 once queues for ~0.5 s in the server's HTTP ingest, which the client rightly counts in TTFT
 and the simulator's truth does not (``--request-rate inf`` shows it: see send_to_arrival_ms).
-The printed lags say where residual differences come from. Last stdout line: one JSON object.
+Output lengths vary (range ratio 0.5) so that a few dozen requests end per step: when all
+1024 end in one step, the simulator spends ~170 ms writing their final chunks after stamping
+their finish time, a server-side delay the truth leaves out. The printed lags say where
+residual differences come from. Last stdout line: one JSON object.
 
     python benchmarks/accuracy.py [--concurrency 1024] [--request-rate 256] [--client-processes 1]
 """
@@ -43,8 +46,9 @@ def _mean(values: list[float]) -> float:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--concurrency", type=int, default=1024)
-    p.add_argument("--input-len", type=int, default=128)
-    p.add_argument("--output-len", type=int, default=32)
+    p.add_argument("--input-len", type=int, default=512)
+    p.add_argument("--output-len", type=int, default=64)
+    p.add_argument("--range-ratio", type=float, default=0.5, help="lengths uniform in [ratio * len, len]")
     p.add_argument("--time-scale", type=float, default=1.0)
     p.add_argument("--client-processes", type=int, default=1)
     p.add_argument("--request-rate", type=float, default=256.0, help="requests/s with constant gaps; inf: all at once")
@@ -65,7 +69,7 @@ def main() -> None:
     spec = ServerSpec(kind="simulator", sim=sim, startup_timeout_s=60.0, shutdown_timeout_s=10.0)
     w = Workload(
         name="accuracy", num_prompts=a.concurrency, concurrency=a.concurrency, input_len=a.input_len,
-        output_len=a.output_len, client_processes=a.client_processes, request_rate=a.request_rate, pacing="constant",
+        output_len=a.output_len, range_ratio=a.range_ratio, client_processes=a.client_processes, request_rate=a.request_rate, pacing="constant",
         # A burst (rate inf) gets one warmup request per stream, which opens every keep-alive
         # connection before timing starts: the simulator listens with aiohttp's accept backlog of
         # 128 (uvicorn, under SGLang, has 2048), and 1024 simultaneous connects would overflow it
@@ -91,7 +95,7 @@ def main() -> None:
         "output_throughput": (m.values["output_throughput"], agg["output_tokens"] / truth_span_s),
     }
     out: dict[str, object] = {
-        "concurrency": w.concurrency, "input_len": w.input_len, "output_len": w.output_len,
+        "concurrency": w.concurrency, "input_len": w.input_len, "output_len": w.output_len, "range_ratio": w.range_ratio,
         "time_scale": a.time_scale, "client_processes": w.client_processes, "request_rate": a.request_rate,
         "step_fixed_ms": a.step_fixed_ms,
         "load_average_1m": round(os.getloadavg()[0], 2),

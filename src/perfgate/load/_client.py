@@ -39,7 +39,11 @@ class ClientLimits:
 
 @dataclass(frozen=True)
 class ClientStats:
-    """The client's own cost during the measured phase."""
+    """The client's own cost during the measured phase.
+
+    Sharded over several processes: ``cpu_s`` and ``chunks`` are summed, ``cpu_share`` and the
+    loop lags are the busiest process's, and the run is saturated when any process was.
+    """
 
     cpu_s: float
     wall_s: float
