@@ -9,7 +9,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perfgate.load._backends import BACKENDS, SGLangBackend, StreamState, _running_completion_tokens
+from perfgate.load._backends import (
+    BACKENDS,
+    SGLangBackend,
+    StreamState,
+    _running_completion_tokens,
+)
 
 # Fragments that look like the keys the fast path searches for, to be hidden inside strings.
 _TRICKY = ['"completion_tokens":7', '"finish_reason":null', '"error"', "\\", '"', "}", ",", ":", " tok", "é", "\n"]

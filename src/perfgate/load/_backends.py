@@ -8,8 +8,9 @@ server (meta_info / usage) or stay None, and the result says so.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from perfgate.load._dataset import RequestSpec
 
@@ -116,7 +117,8 @@ class SGLangBackend(Backend):
     def feed_parsed(obj: Any, state: StreamState) -> int:
         """:meth:`feed` for a chunk already parsed from JSON (any chunk, including the last and errors)."""
         if not isinstance(obj, dict):
-            raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+            # ValueError like a JSON syntax error: the client reports both as an unparseable chunk.
+            raise ValueError(f"expected a JSON object, got {type(obj).__name__}")  # noqa: TRY004
         if "error" in obj:
             state.error = "error chunk from server: " + _error_text(obj["error"])
             return 0
@@ -140,7 +142,8 @@ class _OpenAIBackend(Backend):
     def feed(self, payload: bytes, state: StreamState) -> int:
         obj = json.loads(payload)
         if not isinstance(obj, dict):
-            raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+            # ValueError like a JSON syntax error: the client reports both as an unparseable chunk.
+            raise ValueError(f"expected a JSON object, got {type(obj).__name__}")  # noqa: TRY004
         if "error" in obj:
             state.error = "error chunk from server: " + _error_text(obj["error"])
             return 0

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import aiohttp
 
@@ -158,7 +158,7 @@ class Runner:
                     state.error = f"HTTP {resp.status} from {self.backend.path}: {text}"
                 else:
                     await self._read_stream(resp.content, rec, state)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             state.error = f"stream stalled: no data for {self.workload.stall_timeout_s:g} s"
         except aiohttp.ClientPayloadError as e:
             state.error = f"truncated stream: connection broke after {state.tokens} tokens ({type(e).__name__}: {e})"

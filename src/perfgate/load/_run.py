@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Callable
+from collections.abc import Callable
 
 from perfgate.errors import LoadError
 from perfgate.load._backends import BACKENDS
 from perfgate.load._client import ClientLimits, LoadRun, Progress, run_single
 from perfgate.load._shard import run_sharded
 from perfgate.profile import Workload
+
+_DEFAULT_LIMITS = ClientLimits()
 
 
 def run_workload(
@@ -19,7 +21,7 @@ def run_workload(
     *,
     model: str = "",
     api_key_env: str = "",
-    limits: ClientLimits = ClientLimits(),
+    limits: ClientLimits = _DEFAULT_LIMITS,
     on_progress: Callable[[Progress], None] | None = None,
     repeat: int = 0,
 ) -> LoadRun:

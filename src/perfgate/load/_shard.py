@@ -13,8 +13,9 @@ import asyncio
 import multiprocessing
 import queue as queue_mod
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any
 
 from perfgate.errors import LoadError
 from perfgate.load._backends import BACKENDS

@@ -10,8 +10,9 @@ from __future__ import annotations
 import difflib
 import math
 import tomllib
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from perfgate.errors import ProfileError
 from perfgate.profile._model import (

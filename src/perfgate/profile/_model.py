@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Mapping
+from typing import Literal
 
 ServerKind = Literal["sglang", "simulator", "attach", "command"]
 Backend = Literal["sglang", "openai-completions", "openai-chat"]
