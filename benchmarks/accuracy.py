@@ -96,7 +96,7 @@ def main() -> None:
     }
     out: dict[str, object] = {
         "concurrency": w.concurrency, "input_len": w.input_len, "output_len": w.output_len, "range_ratio": w.range_ratio,
-        "time_scale": a.time_scale, "client_processes": w.client_processes, "request_rate": a.request_rate,
+        "time_scale": a.time_scale, "client_processes": w.client_processes, "request_rate": "inf" if math.isinf(a.request_rate) else a.request_rate,
         "step_fixed_ms": a.step_fixed_ms,
         "load_average_1m": round(os.getloadavg()[0], 2),
         "client_cpu_share": round(run.client.cpu_share, 3), "client_loop_lag_p99_ms": round(run.client.loop_lag_p99_ms, 1),
