@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import queue
 from contextlib import ExitStack
 from dataclasses import replace
 
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 
 from perfgate.errors import LoadError
 from perfgate.load import run_workload
-from perfgate.load._shard import worker_concurrency
+from perfgate.load._shard import _Collector, worker_concurrency
 from perfgate.metrics import compute_metrics
 from perfgate.profile import Workload
 from perfgate.server import start_server
@@ -60,3 +61,24 @@ def test_concurrency_split_is_even_and_complete(concurrency, data):
     shares = [worker_concurrency(concurrency, n, k) for k in range(n)]
     assert sum(shares) == concurrency
     assert min(shares) >= 1 and max(shares) - min(shares) <= 1
+
+
+class _DeadProcess:
+    exitcode = 1
+
+    def is_alive(self) -> bool:
+        return False
+
+
+def test_a_worker_that_dies_without_results_fails_the_run_with_its_exit_code():
+    out: queue.Queue = queue.Queue()
+    out.put(("ready", 0, None))
+    with pytest.raises(LoadError, match=r"workload w: client process 2 of 2 exited with code 1 before it was ready"):
+        _Collector(W, [_DeadProcess(), _DeadProcess()], out).collect("ready", None, None)
+
+
+def test_a_worker_error_message_fails_the_run_with_its_reason():
+    out: queue.Queue = queue.Queue()
+    out.put(("error", 1, "OSError: boom"))
+    with pytest.raises(LoadError, match=r"client process 2 of 2 failed: OSError: boom"):
+        _Collector(W, [_DeadProcess(), _DeadProcess()], out).collect("done", None, None)
