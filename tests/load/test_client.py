@@ -44,7 +44,8 @@ def test_every_backend_gets_exact_server_counted_tokens(sim, backend):
         assert all(r.input_tokens == w.input_len for r in run.records)
     m = compute_metrics(run, target_concurrency=w.concurrency)
     assert m.values["total_output_tokens"] == w.num_prompts * w.output_len
-    assert m.values["mean_tpot_ms"] > 0 and m.values["mean_ttft_ms"] > 0
+    # Chunks that reach a starved client in one read share a timestamp: TPOT may measure 0 here.
+    assert m.values["mean_tpot_ms"] >= 0 and m.values["mean_ttft_ms"] > 0
 
 
 def test_broken_streams_are_failed_requests_with_reasons(faulty):

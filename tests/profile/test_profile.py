@@ -38,6 +38,11 @@ def test_minimal_profile_gets_defaults_and_readable_id():
     assert p.repeats_for(w) == p.gate.repeats
 
 
+def test_client_processes_default_to_one_and_accept_up_to_concurrency():
+    assert parse(MINIMAL).workloads[0].client_processes == 1
+    assert parse(MINIMAL.replace("output_len = 8", "output_len = 8\nclient_processes = 4")).workloads[0].client_processes == 4
+
+
 def test_finite_rate_is_part_of_the_id():
     p = parse(MINIMAL.replace("output_len = 8", 'output_len = 8\nrequest_rate = 12.5'))
     assert p.workloads[0].name == "c4-in32-out8-r12.5"
@@ -59,6 +64,8 @@ def test_finite_rate_is_part_of_the_id():
         (("output_len = 8", ""), ["'output_len'", "missing"]),
         (("output_len = 8", "output_len = 8\n[gate]\nalpha = 2"), ["[gate]", "'alpha'", "between 0 and 1"]),
         (("kind", "= broken"), ["not valid TOML"]),
+        (("output_len = 8", "output_len = 8\nclient_processes = 0"), ["'client_processes'", "integer >= 1", "got 0"]),
+        (("output_len = 8", "output_len = 8\nclient_processes = 5"), ["'client_processes'", "concurrency = 4", "at most 4"]),
     ],
 )
 def test_bad_profiles_name_file_key_and_expectation(mutation, fragments):

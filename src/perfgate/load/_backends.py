@@ -8,8 +8,9 @@ server (meta_info / usage) or stay None, and the result says so.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from perfgate.load._dataset import RequestSpec
 
@@ -53,6 +54,41 @@ def _error_text(obj: Any) -> str:
     return str(obj)[:200]
 
 
+_CT_KEY = b'"completion_tokens"'
+_FR_KEY = b'"finish_reason"'
+
+
+def _running_completion_tokens(payload: bytes) -> int | None:
+    """``meta_info.completion_tokens`` of a /generate chunk that is neither the last nor an
+    error, read from the bytes; None means "parse the JSON instead".
+
+    /generate chunks repeat the whole text and output_ids so far, so a JSON parse per chunk
+    costs O(length) and would dominate the client's CPU. Inside a JSON string every ``"`` is
+    escaped, so a quoted name followed by ``:`` is always an object key, and a quoted name
+    anywhere is a key or a whole string value. The fast path is taken only for a chunk closed
+    by ``}`` in which ``"completion_tokens"`` appears once, as a key holding a whole
+    non-negative integer, ``"finish_reason"`` appears once, as a key holding null (so the
+    final chunk, whose reason is kept, is parsed), and no ``"error"`` string appears. Every
+    other chunk, including other whitespace styles, goes through json.loads. The rest of the
+    chunk is not validated.
+    """
+    if not payload.endswith(b"}") or b'"error"' in payload:
+        return None
+    fr = payload.rfind(_FR_KEY)
+    ct = payload.rfind(_CT_KEY)
+    if fr < 0 or ct < 0 or payload.find(_FR_KEY) != fr or payload.find(_CT_KEY) != ct:
+        return None
+    fr += len(_FR_KEY)
+    if not (payload.startswith(b":null", fr) or payload.startswith(b": null", fr)):
+        return None
+    ct += len(_CT_KEY)
+    if payload[ct] != 0x3A:  # ':'
+        return None
+    comma, brace = payload.find(b",", ct), payload.find(b"}", ct)
+    number = payload[ct + 1 : comma if 0 <= comma < brace else brace].strip()
+    return int(number) if number.isdigit() else None
+
+
 class SGLangBackend(Backend):
     """SGLang's native ``/generate`` with token-id prompts; cumulative ``meta_info.completion_tokens``."""
 
@@ -69,7 +105,20 @@ class SGLangBackend(Backend):
         )
 
     def feed(self, payload: bytes, state: StreamState) -> int:
-        obj = json.loads(payload)
+        ct = _running_completion_tokens(payload)
+        if ct is None:
+            return self.feed_parsed(json.loads(payload), state)
+        new = max(ct - (state.server_tokens or 0), 0)
+        state.server_tokens = ct
+        state.tokens += new
+        return new
+
+    @staticmethod
+    def feed_parsed(obj: Any, state: StreamState) -> int:
+        """:meth:`feed` for a chunk already parsed from JSON (any chunk, including the last and errors)."""
+        if not isinstance(obj, dict):
+            # ValueError like a JSON syntax error: the client reports both as an unparseable chunk.
+            raise ValueError(f"expected a JSON object, got {type(obj).__name__}")  # noqa: TRY004
         if "error" in obj:
             state.error = "error chunk from server: " + _error_text(obj["error"])
             return 0
@@ -92,6 +141,9 @@ class SGLangBackend(Backend):
 class _OpenAIBackend(Backend):
     def feed(self, payload: bytes, state: StreamState) -> int:
         obj = json.loads(payload)
+        if not isinstance(obj, dict):
+            # ValueError like a JSON syntax error: the client reports both as an unparseable chunk.
+            raise ValueError(f"expected a JSON object, got {type(obj).__name__}")  # noqa: TRY004
         if "error" in obj:
             state.error = "error chunk from server: " + _error_text(obj["error"])
             return 0

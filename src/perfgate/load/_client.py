@@ -1,4 +1,4 @@
-"""The load client: one asyncio event loop, one aiohttp session, every request streamed.
+"""The load client of one process: one asyncio event loop, one aiohttp session, every request streamed.
 
 The client measures itself while it runs (CPU per streamed chunk, event-loop lag): numbers
 from a saturated client describe the client, not the server, and are marked invalid.
@@ -7,15 +7,14 @@ from a saturated client describe the client, not the server, and are marked inva
 from __future__ import annotations
 
 import asyncio
-import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import aiohttp
 
 from perfgate.errors import LoadError
-from perfgate.load._backends import BACKENDS, Backend, StreamState
+from perfgate.load._backends import Backend, StreamState
 from perfgate.load._dataset import RequestSpec, arrival_offsets_s, make_requests
 from perfgate.load._records import RequestRecord
 from perfgate.profile import Workload
@@ -24,6 +23,9 @@ from perfgate.profile import Workload
 _WARMUP_OUTPUT_CAP = 32
 _LAG_TICK_S = 0.05
 _PROGRESS_EVERY_S = 0.5
+
+Job = tuple[int, RequestSpec, float]
+"""A request to send: its record index, the request, its send time in seconds after the phase start."""
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,11 @@ class ClientLimits:
 
 @dataclass(frozen=True)
 class ClientStats:
-    """The client's own cost during the measured phase."""
+    """The client's own cost during the measured phase.
+
+    Sharded over several processes: ``cpu_s`` and ``chunks`` are summed, ``cpu_share`` and the
+    loop lags are the busiest process's, and the run is saturated when any process was.
+    """
 
     cpu_s: float
     wall_s: float
@@ -115,7 +121,9 @@ class _LagMonitor:
                 pass
 
 
-class _Runner:
+class Runner:
+    """Sends requests and reads their streams; counts what it has seen for progress reports."""
+
     def __init__(
         self,
         base_url: str,
@@ -140,37 +148,17 @@ class _Runner:
         state = StreamState()
         body = self.backend.body(spec, max_tokens)
         url = self.base_url + self.backend.path
-        feed = self.backend.feed
-        offsets = rec.chunk_offsets_s
-        counts = rec.chunk_tokens
-        clock = time.monotonic
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=self.workload.stall_timeout_s)
         self.in_flight += 1
-        rec.start_s = start = clock()
+        rec.start_s = time.monotonic()
         try:
             async with session.post(url, json=body, headers=self.headers, timeout=timeout) as resp:
                 if resp.status != 200:
                     text = (await resp.text())[:300].strip()
                     state.error = f"HTTP {resp.status} from {self.backend.path}: {text}"
                 else:
-                    async for line in resp.content:
-                        if not line.startswith(b"data:"):
-                            continue
-                        payload = line[5:].strip()
-                        if payload == b"[DONE]":
-                            state.done = True
-                            break
-                        n = feed(payload, state)
-                        if state.error:
-                            break
-                        if n:
-                            now = clock() - start
-                            if rec.ttft_s is None:
-                                rec.ttft_s = now
-                            offsets.append(now)
-                            counts.append(min(n, 65535))
-                    rec.latency_s = clock() - start
-        except asyncio.TimeoutError:
+                    await self._read_stream(resp.content, rec, state)
+        except TimeoutError:
             state.error = f"stream stalled: no data for {self.workload.stall_timeout_s:g} s"
         except aiohttp.ClientPayloadError as e:
             state.error = f"truncated stream: connection broke after {state.tokens} tokens ({type(e).__name__}: {e})"
@@ -180,7 +168,7 @@ class _Runner:
             state.error = f"unparseable stream chunk: {e}"
         finally:
             self.in_flight -= 1
-        self.chunks += len(offsets)
+        self.chunks += len(rec.chunk_offsets_s)
         rec.output_tokens = state.server_tokens
         rec.error = state.error or self._completeness_error(state, max_tokens)
         self.done += 1
@@ -189,6 +177,47 @@ class _Runner:
         else:
             self.output_tokens += state.server_tokens if state.server_tokens is not None else state.tokens
         return rec
+
+    async def _read_stream(self, content: aiohttp.StreamReader, rec: RequestRecord, state: StreamState) -> None:
+        """Read SSE ``data:`` events until [DONE], an error chunk or the end of the body.
+
+        Reads whatever bytes have arrived and splits the events itself: aiohttp's per-line
+        reader costs more CPU than parsing. A chunk's time is when the read that completed
+        it returned, so chunks that arrived together share one timestamp.
+        """
+        clock = time.monotonic
+        start = rec.start_s
+        feed = self.backend.feed
+        tail = b""
+        async for data in content.iter_any():
+            now = clock() - start
+            lines = (tail + data if tail else data).split(b"\n")
+            tail = lines.pop()
+            for line in lines:
+                if not line.startswith(b"data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    state.done = True
+                    rec.latency_s = now
+                    return
+                n = feed(payload, state)
+                if state.error:
+                    rec.latency_s = now
+                    return
+                if n:
+                    rec.add_chunk(now, n)
+        # A body that ends without a newline still carries its last event.
+        now = clock() - start
+        if tail.startswith(b"data:"):
+            payload = tail[5:].strip()
+            if payload == b"[DONE]":
+                state.done = True
+            else:
+                n = feed(payload, state)
+                if n and not state.error:
+                    rec.add_chunk(now, n)
+        rec.latency_s = now
 
     def _completeness_error(self, state: StreamState, max_tokens: int) -> str:
         # Servers that never send [DONE] (transformers serve) end their stream with a finish_reason.
@@ -203,13 +232,20 @@ class _Runner:
         return Progress(self.done, total, self.in_flight, self.errors, self.output_tokens, time.monotonic() - t0, warmup)
 
     async def phase(
-        self, session: aiohttp.ClientSession, specs: list[RequestSpec], offsets: list[float], cap: int | None, warmup: bool
+        self,
+        session: aiohttp.ClientSession,
+        jobs: list[Job],
+        cap: int | None,
+        warmup: bool,
+        start_s: float | None = None,
     ) -> list[RequestRecord]:
+        """Run ``jobs`` (record index, request, send offset from ``start_s``, default now) under the
+        workload's concurrency; ``cap`` limits output lengths (warmup)."""
         sem = asyncio.Semaphore(self.workload.concurrency)
         tasks: list[asyncio.Task[RequestRecord]] = []
-        t0 = time.monotonic()
+        t0 = time.monotonic() if start_s is None else start_s
         self.done = self.errors = self.output_tokens = 0
-        ticker = asyncio.get_running_loop().create_task(self._progress(len(specs), t0, warmup))
+        ticker = asyncio.get_running_loop().create_task(self._progress(len(jobs), t0, warmup))
 
         async def limited(i: int, spec: RequestSpec) -> RequestRecord:
             try:
@@ -218,7 +254,7 @@ class _Runner:
                 sem.release()
 
         try:
-            for i, (spec, at) in enumerate(zip(specs, offsets)):
+            for i, spec, at in jobs:
                 delay = t0 + at - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
@@ -230,7 +266,7 @@ class _Runner:
             for t in tasks:
                 t.cancel()
             if self.on_progress:
-                self.on_progress(self.snapshot(len(specs), t0, warmup))
+                self.on_progress(self.snapshot(len(jobs), t0, warmup))
 
     async def _progress(self, total: int, t0: float, warmup: bool) -> None:
         if not self.on_progress:
@@ -247,7 +283,58 @@ async def _flush_cache(session: aiohttp.ClientSession, base_url: str, headers: d
             raise LoadError(f"POST {url} answered HTTP {resp.status}: {(await resp.text())[:200]}; set flush_cache = false for servers without /flush_cache")
 
 
-async def _run(
+def new_session() -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=None))
+
+
+def measured_jobs(workload: Workload, seed_offset: int) -> list[Job]:
+    """The measured phase's requests with their record indices and send offsets (shared by every shard)."""
+    specs = make_requests(workload, workload.num_prompts, seed_offset=seed_offset)
+    return list(zip(range(len(specs)), specs, arrival_offsets_s(workload, len(specs))))
+
+
+async def prepare(runner: Runner, session: aiohttp.ClientSession, seed_offset: int) -> None:
+    """Warmup (LoadError if any warmup request fails), then the optional cache flush and settle."""
+    workload = runner.workload
+    if workload.warmup_requests:
+        warm = make_requests(workload, workload.warmup_requests, seed_offset=seed_offset + 1_000_000)
+        warm_records = await runner.phase(session, [(i, s, 0.0) for i, s in enumerate(warm)], _WARMUP_OUTPUT_CAP, warmup=True)
+        failed = [r for r in warm_records if r.error]
+        if failed:
+            raise LoadError(
+                f"workload {workload.name}: {len(failed)} of {len(warm_records)} warmup requests to "
+                f"{runner.base_url}{runner.backend.path} failed; first: {failed[0].error}"
+            )
+    if workload.flush_cache:
+        await _flush_cache(session, runner.base_url, runner.headers)
+        # bench_serving sleeps after a flush so the server is idle when timing starts.
+        await asyncio.sleep(1.0)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One process's measured phase: its records and its own cost."""
+
+    records: list[RequestRecord]
+    end_s: float
+    client: ClientStats
+
+
+async def measure(
+    runner: Runner, session: aiohttp.ClientSession, jobs: list[Job], limits: ClientLimits, start_s: float | None = None
+) -> Measured:
+    """Run the measured phase, watching this process's CPU and event-loop lag while it runs."""
+    lag = _LagMonitor()
+    lag.start()
+    runner.chunks = 0
+    cpu0, t0 = time.process_time(), time.monotonic()
+    records = await runner.phase(session, jobs, None, warmup=False, start_s=start_s)
+    t1, cpu1 = time.monotonic(), time.process_time()
+    await lag.stop()
+    return Measured(records, t1, _client_stats(cpu1 - cpu0, t1 - t0, runner.chunks, lag.lags_s, limits))
+
+
+async def run_single(
     base_url: str,
     workload: Workload,
     backend: Backend,
@@ -256,43 +343,22 @@ async def _run(
     on_progress: Callable[[Progress], None] | None,
     seed_offset: int,
 ) -> LoadRun:
-    runner = _Runner(base_url, workload, backend, headers, on_progress)
-    specs = make_requests(workload, workload.num_prompts, seed_offset=seed_offset)
-    offsets = arrival_offsets_s(workload, len(specs))
-    connector = aiohttp.TCPConnector(limit=0, force_close=False)
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
-        notes: list[str] = []
-        if workload.warmup_requests:
-            warm = make_requests(workload, workload.warmup_requests, seed_offset=seed_offset + 1_000_000)
-            warm_records = await runner.phase(session, warm, [0.0] * len(warm), _WARMUP_OUTPUT_CAP, warmup=True)
-            failed = [r for r in warm_records if r.error]
-            if failed:
-                raise LoadError(
-                    f"workload {workload.name}: {len(failed)} of {len(warm_records)} warmup requests to "
-                    f"{base_url}{backend.path} failed; first: {failed[0].error}"
-                )
-        if workload.flush_cache:
-            await _flush_cache(session, base_url, headers)
-            # bench_serving sleeps after a flush so the server is idle when timing starts.
-            await asyncio.sleep(1.0)
-        lag = _LagMonitor()
-        lag.start()
-        runner.chunks = 0
-        cpu0, t0 = time.process_time(), time.monotonic()
-        records = await runner.phase(session, specs, offsets, None, warmup=False)
-        t1, cpu1 = time.monotonic(), time.process_time()
-        await lag.stop()
-    stats = _client_stats(cpu1 - cpu0, t1 - t0, runner.chunks, lag.lags_s, limits)
+    """The whole workload in this process."""
+    runner = Runner(base_url, workload, backend, headers, on_progress)
+    jobs = measured_jobs(workload, seed_offset)
+    async with new_session() as session:
+        await prepare(runner, session, seed_offset)
+        start = time.monotonic()
+        m = await measure(runner, session, jobs, limits, start)
     return LoadRun(
         workload=workload.name,
         backend=backend.name,
-        start_s=t0,
-        end_s=t1,
-        records=records,
-        client=stats,
+        start_s=start,
+        end_s=m.end_s,
+        records=m.records,
+        client=m.client,
         warmup_requests=workload.warmup_requests,
         flushed_cache=workload.flush_cache,
-        notes=notes,
     )
 
 
@@ -320,25 +386,20 @@ def _client_stats(cpu_s: float, wall_s: float, chunks: int, lags_s: list[float],
     )
 
 
-def run_workload(
-    base_url: str,
-    workload: Workload,
-    *,
-    model: str = "",
-    api_key_env: str = "",
-    limits: ClientLimits = ClientLimits(),
-    on_progress: Callable[[Progress], None] | None = None,
-    repeat: int = 0,
-) -> LoadRun:
-    """Run ``workload`` (warmup, optional cache flush, measured phase) against ``base_url``.
-
-    ``repeat`` changes the prompts' seed so repeats do not hit identical prompts.
-    """
-    headers: dict[str, str] = {}
-    if api_key_env:
-        token = os.environ.get(api_key_env)
-        if not token:
-            raise LoadError(f"workload {workload.name}: environment variable {api_key_env} (server.api_key_env) is not set; export the API token there")
-        headers["Authorization"] = f"Bearer {token}"
-    backend = BACKENDS[workload.backend](model, workload.ignore_eos, workload.extra_body)
-    return asyncio.run(_run(base_url, workload, backend, headers, limits, on_progress, repeat * 7_777))
+def merge_client_stats(parts: list[ClientStats], wall_s: float) -> ClientStats:
+    """Several client processes as one: CPU and chunks summed; share, lag and saturation from the
+    busiest process (each process has one event loop on at most one core)."""
+    cpu_s = sum(p.cpu_s for p in parts)
+    chunks = sum(p.chunks for p in parts)
+    reasons = [f"client process {k + 1} of {len(parts)}: {p.reason}" for k, p in enumerate(parts) if p.saturated]
+    return ClientStats(
+        cpu_s=cpu_s,
+        wall_s=wall_s,
+        chunks=chunks,
+        cpu_us_per_chunk=cpu_s / chunks * 1e6 if chunks else 0.0,
+        cpu_share=max((p.cpu_share for p in parts), default=0.0),
+        loop_lag_p99_ms=max((p.loop_lag_p99_ms for p in parts), default=0.0),
+        loop_lag_max_ms=max((p.loop_lag_max_ms for p in parts), default=0.0),
+        saturated=bool(reasons),
+        reason="; ".join(reasons),
+    )

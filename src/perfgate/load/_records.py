@@ -27,6 +27,13 @@ class RequestRecord:
     latency_s: float | None = None
     error: str = ""
 
+    def add_chunk(self, offset_s: float, tokens: int) -> None:
+        """Record a chunk that arrived ``offset_s`` after the start carrying ``tokens`` (>= 1) tokens."""
+        if self.ttft_s is None:
+            self.ttft_s = offset_s
+        self.chunk_offsets_s.append(offset_s)
+        self.chunk_tokens.append(min(tokens, 65535))
+
     @property
     def ok(self) -> bool:
         return not self.error and self.latency_s is not None

@@ -10,8 +10,9 @@ from __future__ import annotations
 import difflib
 import math
 import tomllib
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from perfgate.errors import ProfileError
 from perfgate.profile._model import (
@@ -206,6 +207,7 @@ _WORKLOAD_KEYS: dict[str, Checker] = {
     "repeats": _int(1),
     "token_id_range": _id_range,
     "stall_timeout_s": _float(0.0, strict_min=True),
+    "client_processes": _int(1),
     "extra_body": _table,
     "floors": _metric_map(),
     "ceilings": _metric_map(),
@@ -314,6 +316,8 @@ def parse_profile(text: str, path: Path) -> Profile:
             if key not in fields:
                 raise ctx.fail(where, key, "missing; every workload needs num_prompts, concurrency, input_len and output_len")
         fields.setdefault("name", _workload_id(fields))
+        if fields.get("client_processes", 1) > fields["concurrency"]:
+            raise ctx.fail(where, "client_processes", f"{fields['client_processes']} processes cannot share concurrency = {fields['concurrency']}; every process needs at least one stream (use at most {fields['concurrency']})")
         workloads.append(Workload(**fields))
     names = [w.name for w in workloads]
     dup = sorted({n for n in names if names.count(n) > 1})

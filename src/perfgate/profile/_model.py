@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Mapping
+from typing import Literal
 
 ServerKind = Literal["sglang", "simulator", "attach", "command"]
 Backend = Literal["sglang", "openai-completions", "openai-chat"]
@@ -81,6 +82,9 @@ class Workload:
     token_id_range: tuple[int, int] | None = None
     # A request whose stream is silent this long fails (a hung server must not hang the gate).
     stall_timeout_s: float = 600.0
+    # Load-client processes the requests are sharded over (each runs concurrency / N streams);
+    # for rates one process cannot sustain without saturating.
+    client_processes: int = 1
     # Extra JSON fields merged into every request body (e.g. generation_config).
     extra_body: Mapping[str, object] = field(default_factory=dict)
     floors: Mapping[str, float] = field(default_factory=dict)
