@@ -211,3 +211,12 @@ def test_repeats_are_pytest_benchmark_rounds(gate, tmp_path):
     assert bench["stats"]["rounds"] == 3
     assert bench["extra_info"]["perfgate_workload"] == "c16-in32-out16"
     assert bench["extra_info"]["perfgate_median"]["output_throughput"] > 0
+
+
+def test_confirm_on_fail_reruns_before_failing(gate):
+    assert gate("--perf-update-baselines").ret == 0
+    slow = gate(gate_extra="confirm_on_fail = true", env={"PERFGATE_SIM_SLOWDOWN": "2.0"})
+    slow.assert_outcomes(passed=1, failed=2, skipped=1)
+    out = slow.stdout.str()
+    # Six measured repeats (3 + 3 to confirm) against 3: complete separation gives p = 1/C(9,3).
+    assert "Mann-Whitney p=0.012" in out

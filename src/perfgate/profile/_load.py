@@ -222,6 +222,8 @@ _GATE_KEYS: dict[str, Checker] = {
     "ceilings": _metric_map(),
     "alpha": _float(0.0, strict_min=True),
     "confirm_on_fail": _bool,
+    "client_max_lag_p99_ms": _float(0.0, strict_min=True),
+    "client_max_cpu_share": _float(0.0, strict_min=True),
 }
 
 _TOP_KEYS = {"name", "description", "server", "telemetry", "workload", "gate"}

@@ -133,6 +133,10 @@ class GateSpec:
     # Significance level of the noise test on repeats (used when repeats >= 3).
     alpha: float = 0.05
     confirm_on_fail: bool = False
+    # The client's own validity limits: above these, numbers describe the client, not the server.
+    # A server sharing a small host's CPUs with the client (vLLM on CPU) needs more lag allowance.
+    client_max_lag_p99_ms: float = 200.0
+    client_max_cpu_share: float = 0.9
 
 
 @dataclass(frozen=True)

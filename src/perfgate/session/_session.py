@@ -39,7 +39,6 @@ class SessionOptions:
     accept_regression: str | None = None
     repeats: int | None = None
     lock_wait_s: float = 0.0
-    client_limits: ClientLimits = ClientLimits()
 
 
 class GateSession:
@@ -145,7 +144,7 @@ class GateSession:
                 workload,
                 model=server.model,
                 api_key_env=self.profile.server.api_key_env,
-                limits=self.options.client_limits,
+                limits=ClientLimits(self.profile.gate.client_max_lag_p99_ms, self.profile.gate.client_max_cpu_share),
                 on_progress=on_progress,
                 repeat=len(repeats),
             )
@@ -162,15 +161,24 @@ class GateSession:
         note = ""
         if baseline is None:
             note = others_note(fingerprint, self.store.others(self.profile.name, workload.name, fingerprint))
-        verdict = judge(
-            workload.name,
-            self._rules[workload.name],
-            [r.values() for r in repeats],
-            baseline.repeats if baseline else None,
-            alpha=self.profile.gate.alpha,
-            require_baseline=self.profile.gate.require_baseline and not self.options.update_baselines,
-            no_baseline_note=note,
-        )
+        def verdict_now() -> Any:
+            return judge(
+                workload.name,
+                self._rules[workload.name],
+                [r.values() for r in repeats],
+                baseline.repeats if baseline else None,
+                alpha=self.profile.gate.alpha,
+                require_baseline=self.profile.gate.require_baseline and not self.options.update_baselines,
+                no_baseline_note=note,
+            )
+
+        verdict = verdict_now()
+        if self.profile.gate.confirm_on_fail and not verdict.passed and not self.options.update_baselines:
+            # A failure is confirmed on twice the evidence: the same number of repeats again,
+            # judged together with the first ones, before it is reported.
+            _call_n_times(one_repeat, n)
+            invalid = self._invalid_reasons(workload, repeats)
+            verdict = verdict_now()
         result = WorkloadResult(
             workload=workload.name,
             repeats=repeats,

@@ -18,6 +18,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         web.run_app(
             build_app(srv), host=opts.host, port=opts.port, access_log=None, print=srv.on_listening,
+            # uvicorn under SGLang accepts 2048 pending connects; aiohttp's default 128 would add
+            # SYN-retry seconds to TTFT when 1024 clients connect at once.
+            backlog=2048,
             shutdown_timeout=30.0,
         )
     except OSError as err:
