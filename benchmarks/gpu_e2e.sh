@@ -108,6 +108,7 @@ reap() {
         fi
     done
 }
+trap reap EXIT
 
 # run_stage NAME MAX_S [pytest args...]: one pytest session, bounded by the remaining budget.
 run_stage() {
