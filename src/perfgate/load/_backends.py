@@ -21,6 +21,9 @@ class StreamState:
 
     tokens: int = 0
     server_tokens: int | None = None
+    # Prompt tokens as the server counted them (OpenAI usage); chat prompts are text, so only
+    # the server knows their length in tokens.
+    server_prompt_tokens: int | None = None
     finish_reason: str | None = None
     done: bool = False
     error: str = ""
@@ -150,6 +153,8 @@ class _OpenAIBackend(Backend):
         usage = obj.get("usage")
         if usage and isinstance(usage.get("completion_tokens"), int):
             state.server_tokens = usage["completion_tokens"]
+        if usage and isinstance(usage.get("prompt_tokens"), int):
+            state.server_prompt_tokens = usage["prompt_tokens"]
         # Usage-only chunks (vLLM, SGLang) arrive with choices == []: never index blindly.
         choices = obj.get("choices") or ()
         new = 0

@@ -161,15 +161,17 @@ class Runner:
         except TimeoutError:
             state.error = f"stream stalled: no data for {self.workload.stall_timeout_s:g} s"
         except aiohttp.ClientPayloadError as e:
-            state.error = f"truncated stream: connection broke after {state.tokens} tokens ({type(e).__name__}: {e})"
+            state.error = f"truncated stream: connection broke ({type(e).__name__}: {e}) after {state.tokens} tokens"
         except aiohttp.ClientError as e:
-            state.error = f"connection error after {state.tokens} tokens: {type(e).__name__}: {e}"
+            state.error = f"connection error: {type(e).__name__}: {e} (after {state.tokens} tokens)"
         except ValueError as e:
             state.error = f"unparseable stream chunk: {e}"
         finally:
             self.in_flight -= 1
         self.chunks += len(rec.chunk_offsets_s)
         rec.output_tokens = state.server_tokens
+        if state.server_prompt_tokens is not None:
+            rec.input_tokens = state.server_prompt_tokens
         rec.error = state.error or self._completeness_error(state, max_tokens)
         self.done += 1
         if rec.error:
