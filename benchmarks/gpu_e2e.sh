@@ -27,6 +27,9 @@
 #   PERFGATE_SITE    where those wheels go (default: WORK_DIR/site); prepended to PYTHONPATH
 #   E2E_DEADLINE_S   wall-clock budget of the whole script in seconds (default: 570)
 #   E2E_NEIGHBOUR    1 (default) runs the GPU co-tenant during the regress stage; 0 does not
+#   E2E_SKIP_GATE    1 skips step 4 (gate) and its expectations, to fit record and regress into a
+#                    shorter budget: the regress stage needs only the record stage's baselines, and
+#                    the record stage still holds the light-c1 power-floor negative control
 #   E2E_SLOW_ARGS    server flags for the regress stage, passed through PERFGATE_TSERVE_EXTRA_ARGS
 #                    (outside the fingerprint; default none). Measured on the H200 (2026-11-29):
 #                    "--cb-max-batch-tokens 2048" is NOT a regression for this workload, it made
@@ -42,6 +45,7 @@ MODEL_CACHE=${PERFGATE_MODEL_CACHE:-.perfgate-cache/models/cache}
 DEADLINE_S=${E2E_DEADLINE_S:-570}
 SLOW_ARGS=${E2E_SLOW_ARGS:-}
 NEIGHBOUR=${E2E_NEIGHBOUR:-1}
+SKIP_GATE=${E2E_SKIP_GATE:-0}
 # Marks every process a stage starts (the server runs in its own session), so a stage stopped at
 # its time limit leaves nothing holding the GPU for the next one.
 RUN_ID="gpu-e2e-$$-$(date +%s)"
@@ -148,18 +152,22 @@ EOF
 }
 
 run_stage record 200 --perf-update-baselines
-run_stage gate 170
+if [ "$SKIP_GATE" = 1 ]; then
+    say "gate: skipped (E2E_SKIP_GATE=1)"
+else
+    run_stage gate 170
+fi
 [ "$NEIGHBOUR" = 1 ] && start_neighbour
 [ -n "$SLOW_ARGS" ] && export PERFGATE_TSERVE_EXTRA_ARGS="$SLOW_ARGS"
 run_stage regress 220 -k prefill-c256
 unset PERFGATE_TSERVE_EXTRA_ARGS
 
 say "checking expectations"
-"$PY" - "$WORK" "$SLOW_ARGS" "$NEIGHBOUR" <<'EOF'
+"$PY" - "$WORK" "$SLOW_ARGS" "$NEIGHBOUR" "$SKIP_GATE" <<'EOF'
 import glob, json, sys
 import xml.etree.ElementTree as ET
 
-work, slow_args, neighbour = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+work, slow_args, neighbour, skip_gate = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4] == "1"
 FIGURES = (
     "output_throughput", "total_throughput", "mean_tpot_ms", "p99_tpot_ms", "mean_ttft_ms",
     "steady_window_s", "steady_output_throughput", "steady_mean_tpot_ms", "concurrency", "completed", "failed",
@@ -190,7 +198,7 @@ def results(stage):
     return json.load(open(paths[-1])) if paths else None
 
 
-report = {"regression": {"server_args": slow_args, "gpu_neighbour": neighbour}, "stages": {}}
+report = {"regression": {"server_args": slow_args, "gpu_neighbour": neighbour}, "gate_skipped": skip_gate, "stages": {}}
 problems = []
 expect = {
     "record": {"test_run_is_valid[prefill-c256]": "passed", "test_run_is_valid[light-c1]": "passed",
@@ -202,6 +210,8 @@ expect = {
              "test_gpu_power[prefill-c256]": "passed", "test_gpu_power[light-c1]": "failure"},
     "regress": {"test_throughput[prefill-c256]": "failure"},
 }
+if skip_gate:
+    del expect["gate"]
 for stage, wanted in expect.items():
     got = outcomes(stage)
     doc = results(stage)
