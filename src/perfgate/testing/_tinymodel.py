@@ -274,10 +274,13 @@ def _build_model(torch: Any, transformers: Any, spec: TinyModelSpec, tokenizer: 
 def _check_ban(torch: Any, model: Any, banned: Any, spec: TinyModelSpec) -> None:
     # The promise "never generates a banned token" rests on the ban channel dominating: verify it on
     # the built weights rather than trust it for every shape a caller may ask for.
-    ids = torch.randint(0, model.config.vocab_size, (1, 64), generator=torch.Generator().manual_seed(spec.seed))
+    # Drawn on the CPU generator explicitly: the GPU build runs under a CUDA default device, where
+    # an implicit-device randint would refuse a CPU generator.
+    generator = torch.Generator(device="cpu").manual_seed(spec.seed)
+    ids = torch.randint(0, model.config.vocab_size, (1, 64), generator=generator, device="cpu").to(model.device)
     with torch.no_grad():
         logits = model(ids).logits.float()[0]
-    is_banned = torch.zeros(model.config.vocab_size, dtype=torch.bool)
+    is_banned = torch.zeros(model.config.vocab_size, dtype=torch.bool, device=logits.device)
     is_banned[banned] = True
     gap = float((logits[:, ~is_banned].min(dim=-1).values - logits[:, is_banned].max(dim=-1).values).min())
     if gap < _MIN_BAN_GAP:
