@@ -60,7 +60,7 @@ def test_record_pass_and_catch_a_slower_vllm(pytester, model, tmp_path):
     recorded = gate(pytester, baselines, "--perf-update-baselines")
     recorded.assert_outcomes(passed=6, skipped=2)
     files = sorted(baselines.rglob("*.json"))
-    assert [f.name.split("--")[0] for f in files] == ["c64-in64-out64", "chat-c4-in32-out32"]
+    assert [f.name.split("--")[0] for f in files] == ["c64-in64-out64", "chat-c8-in32-out32"]
     doc = json.loads(files[0].read_text())
     assert len(doc["repeats"]) == 3
     assert doc["repeats"][0]["total_output_tokens"] == 256 * 64

@@ -42,14 +42,14 @@ def gpu_holders(gpus: Sequence[int | str]) -> dict[str, list[int]] | None:
 
 
 def wait_released(gpus: Sequence[int | str], pids: set[int], timeout_s: float) -> list[str]:
-    """Wait until none of ``pids`` (or, when empty, no process at all) holds ``gpus``; notes on what is left."""
+    """Wait until none of ``pids`` holds ``gpus``; notes on what is left."""
     deadline = time.monotonic() + timeout_s
     left: dict[str, list[int]] = {}
     while True:
         holders = gpu_holders(gpus)
         if holders is None:
             return []
-        left = {g: [p for p in ps if not pids or p in pids] for g, ps in holders.items()}
+        left = {g: [p for p in ps if p in pids] for g, ps in holders.items()}
         if not any(left.values()) or time.monotonic() >= deadline:
             break
         time.sleep(0.5)

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -39,6 +39,7 @@ class ServerProcess:
     popen: subprocess.Popen[bytes]
     log_path: Path
     started_s: float
+    pids: set[int] = field(default_factory=set)
 
     @property
     def pid(self) -> int:
@@ -77,9 +78,13 @@ class ServerProcess:
                 time.sleep(_POLL_S)
 
     def stop(self, timeout_s: float) -> list[str]:
-        """SIGTERM the session, wait up to ``timeout_s``, then SIGKILL it. Returns what had to be forced."""
+        """SIGTERM the session, wait up to ``timeout_s``, then SIGKILL it. Returns what had to be forced.
+
+        ``self.pids`` keeps every PID the group had, so the caller can check the GPUs for them.
+        """
         notes: list[str] = []
         pgid = self.popen.pid  # start_new_session: the leader's pid is the group id
+        self.pids = group_members(pgid) | {pgid}
         if self.popen.poll() is None:
             _signal_group(pgid, signal.SIGTERM)
             try:
@@ -118,11 +123,10 @@ def _group_alive(pgid: int) -> bool:
     return _has_live_member(pgid)
 
 
-def _has_live_member(pgid: int) -> bool:
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return True
-    for entry in proc.iterdir():
+def group_members(pgid: int) -> set[int]:
+    """Live (non-zombie) PIDs of process group ``pgid``, from /proc."""
+    members: set[int] = set()
+    for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
@@ -132,8 +136,14 @@ def _has_live_member(pgid: int) -> bool:
         # Fields after the parenthesised command: state is first, pgrp is the third.
         fields = stat.rsplit(")", 1)[-1].split()
         if len(fields) >= 3 and int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
+            members.add(int(entry.name))
+    return members
+
+
+def _has_live_member(pgid: int) -> bool:
+    if not Path("/proc").is_dir():
+        return True
+    return bool(group_members(pgid))
 
 
 def launch(argv: Sequence[str], env: Mapping[str, str], log_path: Path, cwd: Path | None = None) -> ServerProcess:

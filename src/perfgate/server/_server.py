@@ -214,5 +214,6 @@ def _stop(server: RunningServer, spec: ServerSpec) -> None:
         return
     server.notes.extend(server.process.stop(spec.shutdown_timeout_s))
     if spec.gpus and spec.kind in ("sglang", "command"):
-        # Schedulers re-parented to init can hold GPU memory after their group is gone.
-        server.notes.extend(wait_released(spec.gpus, set(), spec.shutdown_timeout_s))
+        # Schedulers re-parented to init can hold GPU memory after their group is gone; other
+        # tenants of the GPU are not ours to wait for.
+        server.notes.extend(wait_released(spec.gpus, server.process.pids, spec.shutdown_timeout_s))
