@@ -68,9 +68,13 @@ def gate(pytester: pytest.Pytester, tmp_path: Path):
     return run
 
 
-def test_first_run_has_no_baseline_and_says_how_to_record_one(gate):
-    result = gate()
+def test_first_run_has_no_baseline_and_says_how_to_record_one(gate, tmp_path):
+    junit = tmp_path / "junit.xml"
+    result = gate(f"--junitxml={junit}")
     result.assert_outcomes(passed=1, skipped=3)
+    # Every test carries the workload's metrics as JUnit properties.
+    xml = junit.read_text()
+    assert '<property name="perf.output_throughput"' in xml and '<property name="perf.mean_tpot_ms"' in xml
     out = result.stdout.str()
     assert "perfgate summary" in out
     assert "c16-in32-out16" in out and "output_throughput" in out and "no-baseline" in out

@@ -131,3 +131,31 @@ def test_sglang_command_sets_tp_and_pci_bus_order():
     assert argv[:3] == ["/venv/bin/python", "-m", "sglang.launch_server"]
     assert argv[argv.index("--tp-size") + 1] == "2"
     assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID" and env["CUDA_VISIBLE_DEVICES"] == "2,3"
+
+
+def test_crash_mid_run_fails_requests_with_reasons_and_leaves_nothing(tmp_path):
+    from perfgate.load import run_workload
+    from perfgate.profile import Workload
+
+    spec, marker = marked(crash_after_requests=6)
+    w = Workload(name="w", num_prompts=20, concurrency=4, input_len=8, output_len=50, warmup_requests=0)
+    with ExitStack() as stack:
+        server = start_server(spec, log_dir=tmp_path, stack=stack)
+        run = run_workload(server.base_url, w, model=server.model)
+        assert server.process.exited() is not None
+    errors = [r.error for r in run.records if r.error]
+    assert errors and all(e.startswith(("truncated stream", "connection error")) for e in errors)
+    assert processes_with(marker) == []
+
+
+def test_second_session_on_the_same_gpus_names_the_holder(tmp_path, monkeypatch):
+    from perfgate.server._locks import hold_gpus
+
+    monkeypatch.setenv("PERFGATE_LOCK_DIR", str(tmp_path))
+    with ExitStack() as first:
+        hold_gpus([0, 1], first, wait_s=0)
+        with pytest.raises(ServerError, match=r"GPU 1 is held by another perfgate session: pid \d+ on .* since "):
+            with ExitStack() as second:
+                hold_gpus([1, 2], second, wait_s=0.2)
+    with ExitStack() as third:
+        hold_gpus([1], third, wait_s=0)  # released when the first session ended
