@@ -201,6 +201,9 @@ def test_results_files_and_compare_exit_code(gate, tmp_path, monkeypatch):
     assert len(rep["requests"]) == 32 and rep["requests"][0]["chunk_offsets_s"]
     assert rep["timeline"]["in_flight"] and rep["telemetry"]["window"]["gpus"]
     assert "output_throughput" in (fast / "summary.md").read_text()
+    # With matplotlib (the plots extra, installed for tests) each workload gets a PNG.
+    png = fast / "c16-in32-out16.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     assert perfgate_main(["compare", str(a), str(a)]) == 0
     assert perfgate_main(["compare", str(a), str(b)]) == 1
     assert perfgate_main(["compare", str(a), str(tmp_path / "missing.json")]) == 2
