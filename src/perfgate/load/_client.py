@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from perfgate._stats import percentile
 from perfgate.errors import LoadError
 from perfgate.load._backends import Backend, StreamState
 from perfgate.load._dataset import RequestSpec, arrival_offsets_s, make_requests
@@ -84,15 +85,6 @@ class LoadRun:
     @property
     def duration_s(self) -> float:
         return self.end_s - self.start_s
-
-
-def _percentile(sorted_values: list[float], q: float) -> float:
-    if not sorted_values:
-        return 0.0
-    pos = (len(sorted_values) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
 class _LagMonitor:
@@ -366,7 +358,7 @@ async def run_single(
 
 def _client_stats(cpu_s: float, wall_s: float, chunks: int, lags_s: list[float], limits: ClientLimits) -> ClientStats:
     lags_ms = sorted(x * 1000.0 for x in lags_s)
-    p99 = _percentile(lags_ms, 0.99)
+    p99 = percentile(lags_ms, 99) if lags_ms else 0.0
     share = cpu_s / wall_s if wall_s > 0 else 0.0
     reasons = []
     if share > limits.max_cpu_share:

@@ -116,11 +116,12 @@ def compute_metrics(run: LoadRun, *, target_concurrency: int, steady_ratio: floa
     values.update(describe_ms(itls, "itl"))
     values.update(describe_ms(e2e, "e2e_latency"))
 
-    token_times = [t for r in ok for t in _token_times(r)]
+    per_request_times = [_token_times(r) for r in ok]
+    token_times = [t for times in per_request_times for t in times]
     values["max_output_tokens_per_s"] = _peak_per_bucket(token_times, run.start_s)
 
     timeline = _timeline(run, token_times)
-    steady = _steady_window(run, token_times, timeline, target_concurrency, steady_ratio)
+    steady = _steady_window(run, per_request_times, timeline, target_concurrency, steady_ratio)
     if steady is not None:
         values["steady_output_throughput"] = steady.output_throughput
         values["steady_mean_tpot_ms"] = steady.mean_itl_ms
@@ -175,8 +176,9 @@ def _timeline(run: LoadRun, token_times: list[float]) -> Timeline:
 
 
 def _steady_window(
-    run: LoadRun, token_times: list[float], timeline: Timeline, target: int, ratio: float
+    run: LoadRun, per_request_times: list[list[float]], timeline: Timeline, target: int, ratio: float
 ) -> SteadyWindow | None:
+    """``per_request_times``: each successful request's token arrival times."""
     threshold = ratio * target
     best = (0, 0)
     i = 0
@@ -196,12 +198,9 @@ def _steady_window(
         return None
     start = run.start_s + best[0] * TIMELINE_BIN_S
     end = run.start_s + best[1] * TIMELINE_BIN_S
-    inside = sorted(t for t in token_times if start <= t < end)
+    inside = sum(1 for times in per_request_times for t in times if start <= t < end)
     per_request_gaps: list[float] = []
-    for r in run.records:
-        if not r.ok:
-            continue
-        times = _token_times(r)
+    for times in per_request_times:
         per_request_gaps.extend(b - a for a, b in zip(times, times[1:]) if start <= b < end)
     mean_gap_ms = sum(per_request_gaps) / len(per_request_gaps) * 1000.0 if per_request_gaps else math.nan
     return SteadyWindow(
@@ -209,7 +208,7 @@ def _steady_window(
         end_s=end,
         ratio=ratio,
         target_concurrency=target,
-        output_tokens=len(inside),
-        output_throughput=len(inside) / (end - start),
+        output_tokens=inside,
+        output_throughput=inside / (end - start),
         mean_itl_ms=mean_gap_ms,
     )
