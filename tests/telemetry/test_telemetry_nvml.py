@@ -166,7 +166,8 @@ def test_counter_read_at_1hz_gives_exact_energy_between_full_polls(powers):
     (gpu,) = monitor.summarize(start, clock.now).gpus
     # The counter is whole mJ.
     assert math.isclose(gpu.energy_j, truth, abs_tol=0.01)
-    assert min(powers + [300.0]) - 1e-6 <= gpu.power_p5_w <= gpu.power_p95_w <= max(powers + [300.0]) + 1e-6
+    # Instant power is reported in whole mW, as NVML does: the percentiles are within 1 mW of the set powers.
+    assert min(powers + [300.0]) - 1e-3 <= gpu.power_p5_w <= gpu.power_p95_w <= max(powers + [300.0]) + 1e-3
     monitor.stop()
 
 
