@@ -2,33 +2,47 @@
 
     perfgate doctor [--python PY] [--sglang-root DIR] [--json]
     perfgate baselines list|show|diff ...
-    perfgate compare RESULTS_A RESULTS_B      (exit 1 on regression)
+    perfgate compare RESULTS_A RESULTS_B [--metric NAME]...
+
+Exit status: 0 fine, 1 a regression, 2 bad input or a comparison that could not decide
+(nothing in common, a metric missing on one side, an inconclusive verdict).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
 from perfgate.baseline import BaselineStore, diff, read_baseline
 from perfgate.errors import PerfgateError
-from perfgate.verdict import MetricRule, fmt_value, judge, unit_of
+from perfgate.profile import DEFAULT_TOLERANCE
+from perfgate.verdict import MetricRule, check_metric_name, direction_of, fmt_value, judge, unit_of
+
+EXIT_REGRESSION = 1
+EXIT_ERROR = 2
+# What a command killed by SIGPIPE returns in a shell (`perfgate baselines list | head`).
+EXIT_BROKEN_PIPE = 128 + 13
 
 
 def _baselines(args: argparse.Namespace) -> int:
     store = BaselineStore(Path(args.dir))
     if args.action == "list":
-        found = store.list_all()
-        if not found:
+        found, errors = store.list_all()
+        if not found and not errors:
             print(f"no baselines under {args.dir}")
         for b in found:
             date = b.provenance.get("date", "?")
             print(f"{b.source}  {b.profile}/{b.workload}  {b.fingerprint.slug}  {len(b.repeats)} repeats  {date}")
-        return 0
+        for e in errors:
+            print(f"perfgate: {e}", file=sys.stderr)
+        return EXIT_ERROR if errors else 0
     paths = [Path(p) for p in args.paths]
+    if not paths:
+        raise PerfgateError(f"perfgate baselines {args.action} needs baseline files; `perfgate baselines list` shows the stored ones")
     docs = []
     for p in paths:
         b = read_baseline(p)
@@ -44,17 +58,13 @@ def _baselines(args: argparse.Namespace) -> int:
                 if k != "server":
                     print(f"  provenance.{k}: {v}")
             for metric, value in b.medians().items():
-                print(f"  {metric}: {fmt_value(value, unit_of(metric)) if _known(metric) else value}")
+                print(f"  {metric}: {fmt_value(value, unit_of(metric)) if unit_of(metric) else value}")
         return 0
     if len(docs) != 2:
         raise PerfgateError("perfgate baselines diff takes exactly two baseline files: OLD NEW")
     for line in diff(docs[0], docs[1]).lines():
         print(line)
     return 0
-
-
-def _known(metric: str) -> bool:
-    return bool(unit_of(metric))
 
 
 def _load_results(path: Path) -> dict[str, Any]:
@@ -64,37 +74,98 @@ def _load_results(path: Path) -> dict[str, Any]:
         raise PerfgateError(f"results {path}: file not found; write results with `pytest perf_tests --perf-results DIR`") from None
     except (OSError, ValueError) as e:
         raise PerfgateError(f"results {path}: not a perfgate results JSON file ({e})") from None
-    if not isinstance(doc, dict) or "workloads" not in doc:
+    if not isinstance(doc, dict) or not isinstance(doc.get("workloads"), list):
         raise PerfgateError(f"results {path}: not a perfgate results file (no 'workloads'); pass files written by --perf-results")
     return doc
 
 
+def _workloads(doc: dict[str, Any], path: Path) -> dict[str, dict[str, Any]]:
+    out = {}
+    for wl in doc["workloads"]:
+        if not isinstance(wl, dict) or not isinstance(wl.get("workload"), str) or not isinstance(wl.get("repeats"), list):
+            raise PerfgateError(f"results {path}: a workload entry lacks 'workload' or 'repeats'; pass files written by --perf-results")
+        out[wl["workload"]] = wl
+    return out
+
+
+def _rules(wl: dict[str, Any], asked: Sequence[str]) -> list[MetricRule]:
+    """The gated rules stored with the newer run, or, with --metric, those metrics only (a metric
+    the run did not gate is held to its default tolerance, 3 % unless perfgate has another)."""
+    stored = {r["metric"]: MetricRule(**r) for r in wl.get("rules", [])}
+    if not asked:
+        return list(stored.values())
+    return [stored.get(m) or MetricRule(m, direction_of(m), tolerance=DEFAULT_TOLERANCE.get(m, 0.03)) for m in asked]
+
+
 def _compare(args: argparse.Namespace) -> int:
-    old, new = _load_results(Path(args.a)), _load_results(Path(args.b))
-    old_by_name = {w["workload"]: w for w in old["workloads"]}
-    regressed = False
-    for wl in new["workloads"]:
-        name = wl["workload"]
-        base = old_by_name.get(name)
-        if base is None:
-            print(f"{name}: not in {args.a}; skipped")
-            continue
-        rules = [MetricRule(**r) for r in wl.get("rules", [])]
-        verdict = judge(
-            name,
-            rules,
-            [r["values"] for r in wl["repeats"]],
-            [r["values"] for r in base["repeats"]],
-            alpha=args.alpha,
+    path_a, path_b = Path(args.a), Path(args.b)
+    old, new = _workloads(_load_results(path_a), path_a), _workloads(_load_results(path_b), path_b)
+    common = [name for name in new if name in old]
+    if not common:
+        raise PerfgateError(
+            f"nothing to compare: {path_a} has workloads {sorted(old) or 'none'} and {path_b} has {sorted(new) or 'none'}, "
+            "none in common; pass results of runs of the same profile"
         )
+    for name in sorted(set(old) ^ set(new)):
+        print(f"skip {name}: only in {path_a if name in old else path_b}")
+    regressed = undecided = False
+    compared = 0
+    for name in common:
+        a, b = old[name], new[name]
+        stopped = [str(p) for p, w in ((path_a, a), (path_b, b)) if w.get("error") or not w["repeats"]]
+        if stopped:
+            print(f"ERROR {name}: not compared, the run in {' and '.join(stopped)} stopped with an error")
+            undecided = True
+            continue
+        now, base = [r["values"] for r in b["repeats"]], [r["values"] for r in a["repeats"]]
+        for metric in args.metric:
+            for side, repeats, path in (("new", now, path_b), ("old", base, path_a)):
+                if not any(metric in r for r in repeats):
+                    raise PerfgateError(f"{name}: {metric} is not in the {side} run {path}; it cannot be compared")
+        verdict = judge(name, _rules(b, args.metric), now, base, alpha=args.alpha, inconclusive=args.inconclusive)
         for v in verdict.metrics:
-            print(("FAIL " if not v.ok else "ok   ") + v.message)
-        regressed |= not verdict.passed
-    print("regression" if regressed else "no regression")
-    return 1 if regressed else 0
+            if v.status == "no-baseline":
+                print(f"skip {name}: {v.metric} is not in {path_a}; not compared")
+                continue
+            if v.status == "not-measured":
+                print(f"skip {name}: {v.metric} is not in {path_b}; not compared")
+                continue
+            compared += 1
+            label = {"fail": "FAIL", "inconclusive": "INCONCLUSIVE"}.get(v.status, "ok")
+            print(f"{label:<5} {v.message}")
+            regressed |= v.status == "fail"
+            undecided |= v.status == "inconclusive" and not v.ok
+    if regressed:
+        print("regression")
+        return EXIT_REGRESSION
+    if not compared:
+        raise PerfgateError(f"nothing compared: no gated metric is present in both {path_a} and {path_b}; name one with --metric")
+    if undecided:
+        print("undecided: an inconclusive metric or a workload that stopped with an error (exit 2)")
+        return EXIT_ERROR
+    print("no regression")
+    return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _alpha(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a significance level between 0 and 1 (exclusive), got {text!r}")
+    return value
+
+
+def _metric(text: str) -> str:
+    try:
+        check_metric_name(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="perfgate", description="perfgate: performance gate for LLM serving")
     sub = parser.add_subparsers(dest="command", required=True)
     doctor = sub.add_parser("doctor", help="check a GPU host before a gate run", add_help=False)
@@ -103,24 +174,50 @@ def main(argv: Sequence[str] | None = None) -> int:
     b.add_argument("action", choices=["list", "show", "diff"])
     b.add_argument("paths", nargs="*", help="baseline files (show: one or more; diff: OLD NEW)")
     b.add_argument("--dir", default="baselines", help="baseline store (default: baselines)")
-    c = sub.add_parser("compare", help="compare two --perf-results files; exit 1 on regression")
+    c = sub.add_parser(
+        "compare",
+        help="compare two --perf-results files; exit 1 on regression, 2 when nothing could be compared or decided",
+    )
     c.add_argument("a", help="results JSON of the old run")
     c.add_argument("b", help="results JSON of the new run")
-    c.add_argument("--alpha", type=float, default=0.05, help="significance level of the noise test (default 0.05)")
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["doctor"]:
-        # doctor owns its options (--json, --python, ...); argparse would claim them here.
-        from perfgate.doctor import main as doctor_main
+    c.add_argument("--alpha", type=_alpha, default=0.05, help="significance level of the noise test (default 0.05)")
+    c.add_argument(
+        "--metric",
+        type=_metric,
+        action="append",
+        default=[],
+        help="compare this metric (repeatable; default: the metrics the new run gated); missing on either side is an error",
+    )
+    c.add_argument(
+        "--inconclusive",
+        choices=["fail", "warn"],
+        default="fail",
+        help="an inconclusive metric exits 2 (fail, the default) or is only reported (warn)",
+    )
+    return parser
 
-        return doctor_main(argv[1:])
-    args = parser.parse_args(argv)
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        if args.command == "baselines":
-            return _baselines(args)
-        return _compare(args)
-    except PerfgateError as e:
-        print(f"perfgate: {e}", file=sys.stderr)
-        return 2
+        if argv[:1] == ["doctor"]:
+            # doctor owns its options (--json, --python, ...); argparse would claim them here.
+            from perfgate.doctor import main as doctor_main
+
+            return doctor_main(argv[1:])
+        args = _parser().parse_args(argv)
+        try:
+            if args.command == "baselines":
+                return _baselines(args)
+            return _compare(args)
+        except PerfgateError as e:
+            print(f"perfgate: {e}", file=sys.stderr)
+            return EXIT_ERROR
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, and keep Python from complaining
+        # about the unflushable stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

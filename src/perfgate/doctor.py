@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.errors import ServerError
-from perfgate.server._sglang import locate_sglang, sglang_versions
+from perfgate.server._sglang import locate_sglang, resolve_sglang_root, sglang_versions
 from perfgate.server.autotune import detect_autotune
 
 # nvidia-smi topo -p2p's legend for nvmlDeviceGetP2PStatus's answers.
@@ -45,12 +45,16 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--python", default=sys.executable,
                         help="interpreter of the SGLang environment (default: this one)")
     parser.add_argument("--sglang-root", type=Path,
-                        help="inspect this unpacked sglang package directory instead of the installed one")
+                        help="inspect this SGLang tree instead of the installed one: an unpacked wheel, "
+                             "a source checkout, or the sglang package directory")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(list(argv))
-    if args.sglang_root is not None and not args.sglang_root.is_dir():
-        print(f"perfgate doctor: --sglang-root {args.sglang_root} is not a directory", file=sys.stderr)
-        return 2
+    if args.sglang_root is not None:
+        try:
+            args.sglang_root = resolve_sglang_root(args.sglang_root)
+        except ServerError as err:
+            print(f"perfgate doctor: --sglang-root: {err}", file=sys.stderr)
+            return 2
     report = {
         "python": args.python,
         "versions": _versions(args.python),

@@ -137,3 +137,14 @@ def test_find_sglang_root(tmp_path: Path) -> None:
         find_sglang_root(sys.executable)
     with pytest.raises(ServerError, match="no such file"):
         find_sglang_root(str(tmp_path / "missing-python"))
+
+
+def test_version_of_a_source_checkout_comes_from_its_pyproject(tmp_path):
+    from perfgate.server._sglang import resolve_sglang_root, sglang_version_from_tree
+
+    package = tmp_path / "python" / "sglang"
+    (package / "srt").mkdir(parents=True)
+    (tmp_path / "python" / "pyproject.toml").write_text('[project]\nname = "sglang"\nversion = "0.5.24.dev0"\n')
+    root = resolve_sglang_root(tmp_path)
+    assert root == package
+    assert sglang_version_from_tree(root) == "0.5.24.dev0"

@@ -45,7 +45,7 @@ def _reader(root: str, stop: multiprocessing.Event, errors: multiprocessing.Queu
             except ValueError as e:
                 errors.put(f"reader saw a partial file {path}: {e}")
         try:
-            count += len(store.list_all())
+            count += len(store.list_all()[0])
         except Exception as e:  # noqa: BLE001
             errors.put(f"reader: list_all failed: {type(e).__name__}: {e}")
         if finished:

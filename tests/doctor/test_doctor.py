@@ -149,9 +149,26 @@ def test_the_installed_sglang_of_an_interpreter(monkeypatch, capsys, tmp_path: P
     assert "autotune     no-autotune: SGLang unknown has no FlashInfer autotune" in out
 
 
+def test_sglang_root_takes_a_wheel_root_a_checkout_or_the_package(monkeypatch, capsys, tmp_path: Path, sglang_0_5_12: Path) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml([], {}))
+    wheel_root = sglang_0_5_12.parent
+    # A source checkout keeps the package under python/ and its version in python/pyproject.toml.
+    checkout = tmp_path / "sglang-repo"
+    (checkout / "python").mkdir(parents=True)
+    (checkout / "python" / "sglang").symlink_to(sglang_0_5_12, target_is_directory=True)
+    (checkout / "python" / "pyproject.toml").write_text('[project]\nname = "sglang"\nversion = "0.5.12"\n')
+    for given in (sglang_0_5_12, wheel_root, checkout):
+        code, out = run(capsys, "--json", "--sglang-root", str(given))
+        autotune = json.loads(out)["autotune"]
+        assert code == 0, given
+        assert autotune["status"] == "patch-needed" and autotune["sglang_version"] == "0.5.12", given
+
+
 def test_bad_arguments(capsys, tmp_path: Path) -> None:
     assert main(["--sglang-root", str(tmp_path / "missing")]) == 2
-    assert "is not a directory" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "is not an SGLang package directory, unpacked wheel or source checkout" in err
+    assert str(tmp_path / "missing" / "python" / "sglang" / "srt") in err
     with pytest.raises(SystemExit) as exit_info:
         main(["--no-such-option"])
     assert exit_info.value.code == 2

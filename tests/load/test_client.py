@@ -69,7 +69,7 @@ def test_failed_warmup_stops_the_workload_with_the_reason(faulty):
         run_workload(faulty.base_url, w, model=faulty.model)
 
 
-def test_starved_client_is_marked_saturated(sim):
+def test_late_idle_client_is_marked_starved_with_its_own_advice(sim):
     # A progress callback that hogs the event loop starves the client just as CPU contention would.
     def hog(_):
         time.sleep(0.3)
@@ -78,10 +78,13 @@ def test_starved_client_is_marked_saturated(sim):
     w = replace(W, warmup_requests=0, output_len=400)
     run = run_workload(sim.base_url, w, model=sim.model, on_progress=hog, limits=ClientLimits(max_lag_p99_ms=100))
     assert run.client.wall_s > 1.0
-    assert run.client.saturated
-    assert "event-loop lag" in run.client.reason
+    assert not run.client.valid and run.client.limit == "starved"
+    assert "event-loop lag" in run.client.reason and "while the client used only" in run.client.reason
+    # Starved is not saturated: more client processes would not help, a quieter host would.
+    assert "quieter host" in run.client.advice and "client_processes" not in run.client.advice
     healthy = run_workload(sim.base_url, w, model=sim.model, limits=ClientLimits(max_lag_p99_ms=100, max_cpu_share=1.5))
     assert healthy.client.chunks == w.num_prompts * w.output_len
+    assert healthy.client.valid and healthy.client.advice == ""
 
 
 def test_api_key_comes_from_the_environment_only(sim, monkeypatch):

@@ -47,13 +47,27 @@ def test_improvement_passes() -> None:
     assert "within limit" in v.metrics[0].message
 
 
-def test_change_inside_recorded_noise_passes_and_says_so() -> None:
+def test_past_the_limit_inside_the_noise_is_inconclusive_never_pass() -> None:
     # Median 6 % down, past the 5 % tolerance, but the repeats overlap the baseline's.
-    v = judge(WL, [TPUT], reps("output_throughput", 940.0, 1010.0, 900.0), reps("output_throughput", 1000.0, 960.0, 1050.0))
+    now, base = reps("output_throughput", 940.0, 1010.0, 900.0), reps("output_throughput", 1000.0, 960.0, 1050.0)
+    v = judge(WL, [TPUT], now, base)
     (m,) = v.metrics
-    assert m.status == "pass" and m.ok
+    assert m.status == "inconclusive" and not m.ok and not v.passed
+    assert v.inconclusive == (m,) and v.failures == (m,)
     assert m.p_value is not None and m.p_value > 0.05
-    assert "within the recorded noise" in m.message and "rerun with more repeats" in m.message
+    assert m.limit == pytest.approx(950.0) and m.measured == 940.0
+    assert m.message.startswith("c1024-in256-out128: output_throughput 940.0 tok/s < limit 950.0 tok/s (baseline 1,000.0, -6.0%")
+    assert "INCONCLUSIVE, the 3 vs 3 repeats cannot tell the change from noise" in m.message
+    assert 'set [gate] inconclusive = "warn"' in m.message
+    # As a warning the gate passes, and the message says it was only a warning.
+    warned = judge(WL, [TPUT], now, base, inconclusive="warn")
+    assert warned.passed and warned.metrics[0].status == "inconclusive"
+    assert "a warning only" in warned.metrics[0].message
+
+
+def test_within_the_limit_is_a_pass_whatever_the_noise() -> None:
+    v = judge(WL, [TPUT], reps("output_throughput", 960.0, 1010.0, 990.0), reps("output_throughput", 1000.0, 960.0, 1050.0))
+    assert v.passed and v.metrics[0].status == "pass" and not v.inconclusive
 
 
 @pytest.mark.parametrize(("n_now", "n_base"), [(1, 3), (3, 1), (1, 1), (2, 2)])

@@ -10,7 +10,7 @@ in their order), and normalizing it again returns it unchanged.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 # Flags that only change where the server listens, what it logs, or who may call it.
 _IGNORED = frozenset(
@@ -68,8 +68,9 @@ def _is_flag(token: str) -> bool:
     return bool(_FLAG.match(token))
 
 
-def _flag_name(raw: str) -> tuple[str, str | None]:
+def _flag_name(raw: str, aliases: Mapping[str, str]) -> tuple[str, str | None]:
     """Canonical flag name and, for ``--no-x`` style negations, the implied value."""
+    raw = aliases.get(raw, raw)
     name = "--" + raw.lstrip("-").replace("_", "-").lower()
     if name.startswith("--no-") and len(name) > 5:
         return _ALIASES.get("--" + name[5:], "--" + name[5:]), "false"
@@ -89,8 +90,13 @@ def _value(raw: str) -> str:
     return raw
 
 
-def normalize_args(args: Iterable[str]) -> tuple[str, ...]:
-    """The canonical form of a server's command-line arguments (see the module docstring)."""
+def normalize_args(args: Iterable[str], aliases: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The canonical form of a server's command-line arguments (see the module docstring).
+
+    ``aliases`` maps a server's own short options to their long names (``{"-t": "--threads"}``,
+    read from its ``--help``); the built-in table covers SGLang's and vLLM's long aliases.
+    """
+    aliases = aliases or {}
     positional: list[str] = []
     flags: dict[str, str] = {}
     tokens = list(args)
@@ -102,7 +108,7 @@ def normalize_args(args: Iterable[str]) -> tuple[str, ...]:
             positional.append(token)
             continue
         raw_name, eq, inline = token.partition("=")
-        name, negated = _flag_name(raw_name)
+        name, negated = _flag_name(raw_name, aliases)
         if eq:
             value = inline
         else:

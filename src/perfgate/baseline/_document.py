@@ -22,7 +22,14 @@ from perfgate.verdict import median
 
 SCHEMA_VERSION = 1
 
-FIX_HINT = "delete it or re-record it with `pytest perf_tests --perf-update-baselines`"
+FIX_HINT = (
+    "re-record it with `pytest perf_tests --perf-update-baselines` (the unusable file is moved aside, "
+    "not deleted), or delete it"
+)
+
+
+class NewerSchemaError(BaselineError):
+    """A baseline written by a newer perfgate: valid, only not for this one; never overwritten."""
 
 
 @dataclass
@@ -73,9 +80,9 @@ class Baseline:
         if not isinstance(version, int) or isinstance(version, bool) or version < 0:
             raise BaselineError(f"baseline {source}: schema_version must be a whole number, got {version!r}; {FIX_HINT}")
         if version > SCHEMA_VERSION:
-            raise BaselineError(
+            raise NewerSchemaError(
                 f"baseline {source}: written by a newer perfgate (schema {version}; this perfgate reads up to "
-                f"{SCHEMA_VERSION}); upgrade perfgate, or {FIX_HINT}"
+                f"{SCHEMA_VERSION}); upgrade perfgate (pip install -U perfgate) to use or replace it"
             )
         try:
             while version < SCHEMA_VERSION:

@@ -25,7 +25,9 @@ class Fingerprint:
     ``power_limit_w`` is the enforced per-GPU power limit rounded to whole watts (None when it
     could not be read, e.g. no GPU); ``driver_major`` is "580" for driver "580.105.08";
     ``server_args`` is already normalized (see :func:`normalize_args`); ``workload`` is
-    :meth:`Workload.spec`.
+    :meth:`Workload.spec`. ``cpu`` describes the host's processor where no GPU serves (e.g.
+    "AMD EPYC 9654 96-Core Processor x2"); "" on GPU hosts, where it is left out of the
+    canonical form so GPU fingerprints keep their digests.
     """
 
     gpu_model: str
@@ -36,9 +38,10 @@ class Fingerprint:
     model: str
     server_args: tuple[str, ...]
     workload: Mapping[str, Any] = field(default_factory=dict)
+    cpu: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "gpu_model": self.gpu_model,
             "gpu_count": self.gpu_count,
             "power_limit_w": self.power_limit_w,
@@ -48,15 +51,22 @@ class Fingerprint:
             "server_args": list(self.server_args),
             "workload": dict(self.workload),
         }
+        if self.cpu:
+            out["cpu"] = self.cpu
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Fingerprint:
         """Inverse of :meth:`to_dict`; raises KeyError/TypeError/ValueError on a bad shape."""
         expected = {f.name for f in fields(cls)}
-        if set(data) != expected:
-            missing = sorted(expected - set(data))
+        optional = {"cpu"}
+        if not expected - optional <= set(data) <= expected:
+            missing = sorted(expected - optional - set(data))
             extra = sorted(set(data) - expected)
             raise ValueError(f"fingerprint fields differ (missing {missing}, unexpected {extra})")
+        cpu = data.get("cpu", "")
+        if not isinstance(cpu, str):
+            raise TypeError(f"cpu must be a string, got {cpu!r}")
         limit = data["power_limit_w"]
         if not (limit is None or (isinstance(limit, int) and not isinstance(limit, bool))):
             raise TypeError(f"power_limit_w must be an integer or null, got {limit!r}")
@@ -79,6 +89,7 @@ class Fingerprint:
             model=data["model"],
             server_args=tuple(args),
             workload=dict(data["workload"]),
+            cpu=cpu,
         )
 
     def canonical_json(self) -> str:
@@ -91,7 +102,10 @@ class Fingerprint:
 
     @property
     def slug(self) -> str:
-        """Readable hardware part of a file name, e.g. ``8xrtx-pro-6000-blackwell-600W``."""
+        """Readable hardware part of a file name, e.g. ``8xrtx-pro-6000-blackwell-600W``, or
+        ``cpu-amd-epyc-9654-96-core-processor-x2`` where no GPU serves."""
+        if self.cpu and not self.gpu_count:
+            return "cpu-" + _slugify(self.cpu)[:48].strip("-")
         gpu = _slugify(re.sub(r"(?i)^nvidia\s+", "", self.gpu_model)) or "nogpu"
         limit = f"-{self.power_limit_w}W" if self.power_limit_w is not None else ""
         return f"{self.gpu_count}x{gpu[:40].strip('-')}{limit}"
@@ -145,10 +159,13 @@ def fingerprint_for(
     model: str,
     server_args: Iterable[str],
     workload: Workload | Mapping[str, Any],
+    flag_aliases: Mapping[str, str] | None = None,
+    cpu: str = "",
 ) -> Fingerprint:
     """Build a fingerprint from raw facts: rounds the limit, cuts the driver to its major
-    version, normalizes the args and takes the workload's spec. Runs of spaces in the GPU
-    model name collapse to one ("NVIDIA  H100" == "NVIDIA H100")."""
+    version, normalizes the args (``flag_aliases``: the server's short options -> long names)
+    and takes the workload's spec. Runs of spaces in the GPU model name collapse to one
+    ("NVIDIA  H100" == "NVIDIA H100")."""
     limit = None if power_limit_w is None or not math.isfinite(power_limit_w) else round(power_limit_w)
     spec = workload.spec() if isinstance(workload, Workload) else dict(workload)
     return Fingerprint(
@@ -158,6 +175,7 @@ def fingerprint_for(
         driver_major=driver_major(driver_version),
         engine=engine,
         model=model.strip().rstrip("/"),
-        server_args=normalize_args(server_args),
+        server_args=normalize_args(server_args, flag_aliases),
         workload=spec,
+        cpu=" ".join(cpu.split()),
     )

@@ -15,13 +15,14 @@ import contextlib
 import json
 import os
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import filelock
 
-from perfgate.baseline._document import FIX_HINT, Baseline, check_repeats
+from perfgate.baseline._document import FIX_HINT, Baseline, NewerSchemaError, check_repeats
 from perfgate.baseline._fingerprint import Fingerprint, safe_name
 from perfgate.errors import BaselineError
 from perfgate.verdict import MetricRule, judge
@@ -34,6 +35,40 @@ class BaselineStore:
 
     def __init__(self, root: Path | str) -> None:
         self.root = Path(root)
+        # Unusable files found by check(for_update=True): skipped on reads, moved aside when
+        # their workload is recorded.
+        self._quarantined: set[Path] = set()
+        self.notes: list[str] = []
+
+    def check(self, profile: str, *, for_update: bool) -> list[str]:
+        """Read every baseline file of ``profile`` before anything boots; return notes.
+
+        A gate run must not measure for half an hour and then fail on a file it could have read
+        at the start. Without ``for_update`` any unusable file raises one BaselineError listing
+        them all. With it (the documented fix for a corrupt file), corrupt files are only noted:
+        they are skipped and moved aside (never deleted) when their workload is recorded; a file
+        of a newer perfgate still raises, and so does a directory that cannot be written.
+        """
+        folder = self.root / safe_name(profile)
+        corrupt: list[BaselineError] = []
+        newer: list[BaselineError] = []
+        for path in sorted(folder.glob("*.json")):
+            try:
+                read_baseline(path)
+            except NewerSchemaError as e:
+                newer.append(e)
+            except BaselineError as e:
+                corrupt.append(e)
+                self._quarantined.add(path)
+        if newer or (corrupt and not for_update):
+            problems = newer + ([] if for_update else corrupt)
+            raise BaselineError(
+                f"{len(problems)} baseline file(s) of profile {profile!r} cannot be used; nothing was run:\n  "
+                + "\n  ".join(str(e) for e in problems)
+            )
+        if for_update:
+            _check_writable(folder)
+        return [f"{e} (skipped; moved aside when this workload is recorded)" for e in corrupt]
 
     def path_for(self, profile: str, workload: str, fingerprint: Fingerprint) -> Path:
         name = f"{safe_name(workload)}--{fingerprint.slug}--{fingerprint.digest}.json"
@@ -46,6 +81,8 @@ class BaselineStore:
     def _workload_baselines(self, profile: str, workload: str) -> list[Baseline]:
         found = []
         for path in self._workload_files(profile, workload):
+            if path in self._quarantined:
+                continue
             b = read_baseline(path)
             if b is not None and b.profile == profile and b.workload == workload:
                 found.append(b)
@@ -69,14 +106,20 @@ class BaselineStore:
         """
         return [b for b in self._workload_baselines(profile, workload) if b.fingerprint != fingerprint]
 
-    def list_all(self) -> list[Baseline]:
-        """Every baseline under the root, sorted by file path."""
-        out = []
+    def list_all(self) -> tuple[list[Baseline], list[BaselineError]]:
+        """Every readable baseline under the root, sorted by file path, and the error of each
+        unusable file (one bad file must not hide the others)."""
+        found: list[Baseline] = []
+        errors: list[BaselineError] = []
         for path in sorted(self.root.glob("*/*.json")):
-            b = read_baseline(path)
+            try:
+                b = read_baseline(path)
+            except BaselineError as e:
+                errors.append(e)
+                continue
             if b is not None:
-                out.append(b)
-        return out
+                found.append(b)
+        return found, errors
 
     def _lock(self, profile: str, workload: str) -> filelock.FileLock:
         folder = self.root / safe_name(profile)
@@ -107,10 +150,14 @@ class BaselineStore:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise BaselineError(f"baseline directory {path.parent}: cannot be created ({e}); check --perf-baselines-dir and permissions") from None
+            raise BaselineError(
+                f"baseline directory {path.parent}: cannot be created ({e}); pass a writable directory "
+                "with --perf-baselines or fix its permissions"
+            ) from None
         lock = self._lock(baseline.profile, baseline.workload)
         try:
             with lock:
+                self._move_aside(baseline.profile, baseline.workload)
                 current = self.load(baseline.profile, baseline.workload, baseline.fingerprint)
                 provenance = dict(baseline.provenance)
                 if current is not None:
@@ -146,6 +193,34 @@ class BaselineStore:
                 "perfgate run is updating baselines. If none is, delete the lock file"
             ) from None
         return path
+
+
+    def take_notes(self) -> list[str]:
+        """What the store did on its own since the last call (files moved aside)."""
+        notes, self.notes = self.notes, []
+        return notes
+
+    def _move_aside(self, profile: str, workload: str) -> None:
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        for path in self._workload_files(profile, workload):
+            if path in self._quarantined:
+                aside = path.with_name(f"{path.name}.unusable-{stamp}")
+                os.replace(path, aside)
+                self._quarantined.discard(path)
+                self.notes.append(f"moved the unusable baseline {path} aside to {aside.name}")
+
+
+def _check_writable(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".perfgate-write-check.")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise BaselineError(
+            f"baseline directory {folder} is not writable ({e}); nothing was run. Pass a writable directory "
+            "with --perf-baselines or fix its permissions"
+        ) from None
 
 
 def _regressions(new: Baseline, old: Baseline, rules: Sequence[MetricRule], alpha: float) -> list[str]:

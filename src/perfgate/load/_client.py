@@ -10,6 +10,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 import aiohttp
 
@@ -38,12 +39,30 @@ class ClientLimits:
     max_cpu_share: float = 0.9
 
 
+ClientLimit = Literal["", "saturated", "starved"]
+
+_ADVICE: dict[str, str] = {
+    "saturated": (
+        "the load client used up its core: shard the workload over more client processes "
+        "(client_processes) or lower the request rate"
+    ),
+    "starved": (
+        "other processes took the client's CPU (it was mostly idle, yet late): run on a quieter host, "
+        "keep the server off the client's cores (e.g. taskset), or, where the server shares these cores "
+        "by design, raise [gate] client_max_lag_p99_ms"
+    ),
+}
+
+
 @dataclass(frozen=True)
 class ClientStats:
     """The client's own cost during the measured phase.
 
-    Sharded over several processes: ``cpu_s`` and ``chunks`` are summed, ``cpu_share`` and the
-    loop lags are the busiest process's, and the run is saturated when any process was.
+    ``limit`` says whether the client, not the server, set the pace: "saturated" (its process
+    used more than its share of a core), "starved" (its event loop ran late while it was mostly
+    idle: other processes had the CPU), or "" (valid). Sharded over several processes: ``cpu_s``
+    and ``chunks`` are summed, ``cpu_share`` and the loop lags are the busiest process's, and
+    the run is limited when any process was.
     """
 
     cpu_s: float
@@ -53,8 +72,17 @@ class ClientStats:
     cpu_share: float  # process CPU seconds per wall second (1.0 = one full core)
     loop_lag_p99_ms: float
     loop_lag_max_ms: float
-    saturated: bool
+    limit: ClientLimit = ""
     reason: str = ""
+
+    @property
+    def valid(self) -> bool:
+        return not self.limit
+
+    @property
+    def advice(self) -> str:
+        """What to do about a limited client ("" when valid)."""
+        return _ADVICE.get(self.limit, "")
 
 
 @dataclass(frozen=True)
@@ -134,17 +162,18 @@ class Runner:
         self.in_flight = 0
         self.output_tokens = 0
         self.chunks = 0
+        self.retried = 0
+        self._fresh: aiohttp.ClientSession | None = None
 
     async def one(self, session: aiohttp.ClientSession, index: int, spec: RequestSpec, max_tokens: int) -> RequestRecord:
         rec = RequestRecord(index=index, input_tokens=spec.input_len, requested_output_tokens=max_tokens)
         state = StreamState()
         body = self.backend.body(spec, max_tokens)
-        url = self.base_url + self.backend.path
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=self.workload.stall_timeout_s)
         self.in_flight += 1
         rec.start_s = time.monotonic()
         try:
-            async with session.post(url, json=body, headers=self.headers, timeout=timeout) as resp:
+            resp = await self._send(session, body, rec)
+            async with resp:
                 if resp.status != 200:
                     text = (await resp.text())[:300].strip()
                     state.error = f"HTTP {resp.status} from {self.backend.path}: {text}"
@@ -160,6 +189,9 @@ class Runner:
             state.error = f"unparseable stream chunk: {e}"
         finally:
             self.in_flight -= 1
+        if rec.latency_s is None:
+            # A failed request leaves the in-flight count when it fails, not at the end of the run.
+            rec.latency_s = time.monotonic() - rec.start_s
         self.chunks += len(rec.chunk_offsets_s)
         rec.output_tokens = state.server_tokens
         if state.server_prompt_tokens is not None:
@@ -171,6 +203,33 @@ class Runner:
         else:
             self.output_tokens += state.server_tokens if state.server_tokens is not None else state.tokens
         return rec
+
+    async def _send(self, session: aiohttp.ClientSession, body: dict[str, object], rec: RequestRecord) -> aiohttp.ClientResponse:
+        """POST ``body``; returns once the response headers arrived.
+
+        A pooled keep-alive connection that the server had already closed fails before any
+        answer ("Can not write request body", "Server disconnected"): the server never saw
+        the request, so it is sent once more on a connection of its own, and the record says
+        so. A refused or failing connect is not retried: that server is down.
+        """
+        url = self.base_url + self.backend.path
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=self.workload.stall_timeout_s)
+        try:
+            return await session.post(url, json=body, headers=self.headers, timeout=timeout)
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
+            if isinstance(e, aiohttp.ClientConnectorError):
+                raise
+        if self._fresh is None:
+            self._fresh = new_session(keep_alive=False)
+        rec.retried = True
+        self.retried += 1
+        rec.start_s = time.monotonic()
+        return await self._fresh.post(url, json=body, headers=self.headers, timeout=timeout)
+
+    async def aclose(self) -> None:
+        if self._fresh is not None:
+            await self._fresh.close()
+            self._fresh = None
 
     async def _read_stream(self, content: aiohttp.StreamReader, rec: RequestRecord, state: StreamState) -> None:
         """Read SSE ``data:`` events until [DONE], an error chunk or the end of the body.
@@ -217,9 +276,13 @@ class Runner:
         # Servers that never send [DONE] (transformers serve) end their stream with a finish_reason.
         if not state.done and state.finish_reason is None:
             return f"truncated stream: ended after {state.tokens} tokens without [DONE] or a finish_reason"
-        got = state.server_tokens if state.server_tokens is not None else state.tokens
-        if self.workload.ignore_eos and got < max_tokens:
-            return f"short stream: {got} of {max_tokens} tokens with ignore_eos (finish_reason {state.finish_reason!r})"
+        # Without the server's count only chunks were counted, and one chunk can carry several
+        # tokens: too few chunks proves nothing (the metrics say the counts are unknown).
+        if self.workload.ignore_eos and state.server_tokens is not None and state.server_tokens < max_tokens:
+            return (
+                f"short stream: {state.server_tokens} of {max_tokens} tokens with ignore_eos "
+                f"(finish_reason {state.finish_reason!r})"
+            )
         return ""
 
     def snapshot(self, total: int, t0: float, warmup: bool) -> Progress:
@@ -277,8 +340,11 @@ async def _flush_cache(session: aiohttp.ClientSession, base_url: str, headers: d
             raise LoadError(f"POST {url} answered HTTP {resp.status}: {(await resp.text())[:200]}; set flush_cache = false for servers without /flush_cache")
 
 
-def new_session() -> aiohttp.ClientSession:
-    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=None))
+def new_session(keep_alive: bool = True) -> aiohttp.ClientSession:
+    """The client's HTTP session: unlimited connections; without ``keep_alive`` each request gets
+    a connection of its own (for servers that close connections without saying so)."""
+    connector = aiohttp.TCPConnector(limit=0, force_close=not keep_alive)
+    return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
 
 
 def measured_jobs(workload: Workload, seed_offset: int) -> list[Job]:
@@ -287,22 +353,41 @@ def measured_jobs(workload: Workload, seed_offset: int) -> list[Job]:
     return list(zip(range(len(specs)), specs, arrival_offsets_s(workload, len(specs))))
 
 
-async def prepare(runner: Runner, session: aiohttp.ClientSession, seed_offset: int) -> None:
-    """Warmup (LoadError if any warmup request fails), then the optional cache flush and settle."""
+async def prepare(runner: Runner, session: aiohttp.ClientSession, seed_offset: int) -> list[str]:
+    """Warmup, then the optional cache flush and settle; returns notes for the run.
+
+    Warmup failures follow the measured phase's rule: more than ``max_error_rate`` of them
+    is a LoadError (the server is not serving this workload), fewer are a note.
+    """
     workload = runner.workload
+    notes: list[str] = []
     if workload.warmup_requests:
         warm = make_requests(workload, workload.warmup_requests, seed_offset=seed_offset + 1_000_000)
         warm_records = await runner.phase(session, [(i, s, 0.0) for i, s in enumerate(warm)], _WARMUP_OUTPUT_CAP, warmup=True)
         failed = [r for r in warm_records if r.error]
         if failed:
-            raise LoadError(
-                f"workload {workload.name}: {len(failed)} of {len(warm_records)} warmup requests to "
-                f"{runner.base_url}{runner.backend.path} failed; first: {failed[0].error}"
+            what = (
+                f"{len(failed)} of {len(warm_records)} warmup requests to {runner.base_url}{runner.backend.path} "
+                f"failed; first: {failed[0].error}"
             )
+            if len(failed) / len(warm_records) > workload.max_error_rate:
+                allowed = f" (allowed error rate {workload.max_error_rate:.1%})" if workload.max_error_rate else ""
+                raise LoadError(f"workload {workload.name}: {what}{allowed}")
+            notes.append(f"{what} (within the allowed error rate {workload.max_error_rate:.1%})")
     if workload.flush_cache:
         await _flush_cache(session, runner.base_url, runner.headers)
         # bench_serving sleeps after a flush so the server is idle when timing starts.
         await asyncio.sleep(1.0)
+    return notes
+
+
+def retry_note(retried: int) -> list[str]:
+    if not retried:
+        return []
+    return [
+        f"{retried} request(s) were sent again on a fresh connection: a reused keep-alive connection failed "
+        "before any answer (the server closes idle connections); [server] keep_alive = false avoids reuse"
+    ]
 
 
 @dataclass(frozen=True)
@@ -336,14 +421,19 @@ async def run_single(
     limits: ClientLimits,
     on_progress: Callable[[Progress], None] | None,
     seed_offset: int,
+    keep_alive: bool = True,
 ) -> LoadRun:
     """The whole workload in this process."""
     runner = Runner(base_url, workload, backend, headers, on_progress)
     jobs = measured_jobs(workload, seed_offset)
-    async with new_session() as session:
-        await prepare(runner, session, seed_offset)
-        start = time.monotonic()
-        m = await measure(runner, session, jobs, limits, start)
+    try:
+        async with new_session(keep_alive) as session:
+            notes = await prepare(runner, session, seed_offset)
+            runner.retried = 0
+            start = time.monotonic()
+            m = await measure(runner, session, jobs, limits, start)
+    finally:
+        await runner.aclose()
     return LoadRun(
         workload=workload.name,
         backend=backend.name,
@@ -353,6 +443,7 @@ async def run_single(
         client=m.client,
         warmup_requests=workload.warmup_requests,
         flushed_cache=workload.flush_cache,
+        notes=notes + retry_note(runner.retried),
     )
 
 
@@ -361,12 +452,18 @@ def _client_stats(cpu_s: float, wall_s: float, chunks: int, lags_s: list[float],
     p99 = percentile(lags_ms, 99) if lags_ms else 0.0
     share = cpu_s / wall_s if wall_s > 0 else 0.0
     reasons = []
+    limit: ClientLimit = ""
     if share > limits.max_cpu_share:
         reasons.append(f"client CPU {share:.0%} of one core > {limits.max_cpu_share:.0%}")
+        limit = "saturated"
     if p99 > limits.max_lag_p99_ms:
-        # Lag with a mostly idle client means other processes took its CPU: timestamps are late either way.
-        starved = "" if share > limits.max_cpu_share / 2 else f", while using only {share:.0%} of a core: the host's CPUs were busy elsewhere"
-        reasons.append(f"event-loop lag p99 {p99:.0f} ms > {limits.max_lag_p99_ms:.0f} ms{starved}")
+        reasons.append(f"event-loop lag p99 {p99:.0f} ms > {limits.max_lag_p99_ms:.0f} ms")
+        if share > limits.max_cpu_share / 2:
+            limit = "saturated"
+        elif not limit:
+            # Late while mostly idle: the loop was ready to run and the CPU went elsewhere.
+            reasons[-1] += f" while the client used only {share:.0%} of a core"
+            limit = "starved"
     return ClientStats(
         cpu_s=cpu_s,
         wall_s=wall_s,
@@ -375,7 +472,7 @@ def _client_stats(cpu_s: float, wall_s: float, chunks: int, lags_s: list[float],
         cpu_share=share,
         loop_lag_p99_ms=p99,
         loop_lag_max_ms=lags_ms[-1] if lags_ms else 0.0,
-        saturated=bool(reasons),
+        limit=limit,
         reason="; ".join(reasons),
     )
 
@@ -385,7 +482,10 @@ def merge_client_stats(parts: list[ClientStats], wall_s: float) -> ClientStats:
     busiest process (each process has one event loop on at most one core)."""
     cpu_s = sum(p.cpu_s for p in parts)
     chunks = sum(p.chunks for p in parts)
-    reasons = [f"client process {k + 1} of {len(parts)}: {p.reason}" for k, p in enumerate(parts) if p.saturated]
+    limited = [p for p in parts if p.limit]
+    reasons = [f"client process {k + 1} of {len(parts)}: {p.reason}" for k, p in enumerate(parts) if p.limit]
+    # One saturated process is enough to call the run saturated: its advice (more processes) helps.
+    limit: ClientLimit = "saturated" if any(p.limit == "saturated" for p in limited) else ("starved" if limited else "")
     return ClientStats(
         cpu_s=cpu_s,
         wall_s=wall_s,
@@ -394,6 +494,6 @@ def merge_client_stats(parts: list[ClientStats], wall_s: float) -> ClientStats:
         cpu_share=max((p.cpu_share for p in parts), default=0.0),
         loop_lag_p99_ms=max((p.loop_lag_p99_ms for p in parts), default=0.0),
         loop_lag_max_ms=max((p.loop_lag_max_ms for p in parts), default=0.0),
-        saturated=bool(reasons),
+        limit=limit,
         reason="; ".join(reasons),
     )

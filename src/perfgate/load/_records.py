@@ -24,8 +24,11 @@ class RequestRecord:
     # Server-reported completion tokens; None when the server reported none.
     output_tokens: int | None = None
     ttft_s: float | None = None
+    # Seconds from the send to the end of the request: its last chunk, or the moment it failed.
     latency_s: float | None = None
     error: str = ""
+    # Sent a second time on a fresh connection after a reused one failed before any answer.
+    retried: bool = False
 
     def add_chunk(self, offset_s: float, tokens: int) -> None:
         """Record a chunk that arrived ``offset_s`` after the start carrying ``tokens`` (>= 1) tokens."""

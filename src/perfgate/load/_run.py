@@ -24,12 +24,14 @@ def run_workload(
     limits: ClientLimits = _DEFAULT_LIMITS,
     on_progress: Callable[[Progress], None] | None = None,
     repeat: int = 0,
+    keep_alive: bool = True,
 ) -> LoadRun:
     """Run ``workload`` (warmup, optional cache flush, measured phase) against ``base_url``.
 
     With ``workload.client_processes`` > 1 the measured phase is sharded over that many
     spawned processes and their records merged. ``repeat`` changes the prompts' seed so
-    repeats do not hit identical prompts.
+    repeats do not hit identical prompts. ``keep_alive`` = False gives every request a
+    connection of its own.
     """
     headers: dict[str, str] = {}
     if api_key_env:
@@ -39,6 +41,6 @@ def run_workload(
         headers["Authorization"] = f"Bearer {token}"
     seed_offset = repeat * 7_777
     if workload.client_processes > 1:
-        return run_sharded(base_url, workload, model, headers, limits, on_progress, seed_offset)
+        return run_sharded(base_url, workload, model, headers, limits, on_progress, seed_offset, keep_alive)
     backend = BACKENDS[workload.backend](model, workload.ignore_eos, workload.extra_body)
-    return asyncio.run(run_single(base_url, workload, backend, headers, limits, on_progress, seed_offset))
+    return asyncio.run(run_single(base_url, workload, backend, headers, limits, on_progress, seed_offset, keep_alive))

@@ -30,6 +30,7 @@ from perfgate.load._client import (
     merge_client_stats,
     new_session,
     prepare,
+    retry_note,
 )
 from perfgate.profile import Workload
 
@@ -54,6 +55,7 @@ def _worker(
     headers: dict[str, str],
     limits: ClientLimits,
     seed_offset: int,
+    keep_alive: bool,
     out: Any,
     go: Any,
     start: Any,
@@ -66,9 +68,12 @@ def _worker(
         out.put(("ready", k, None))
         go.wait()
 
-        async def run() -> Measured:
-            async with new_session() as session:
-                return await measure(runner, session, jobs, limits, start.value)
+        async def run() -> tuple[Measured, int]:
+            try:
+                async with new_session(keep_alive) as session:
+                    return await measure(runner, session, jobs, limits, start.value), runner.retried
+            finally:
+                await runner.aclose()
 
         out.put(("done", k, asyncio.run(run())))
     except BaseException as e:  # noqa: BLE001 - every failure must reach the parent as a message
@@ -83,6 +88,7 @@ def run_sharded(
     limits: ClientLimits,
     on_progress: Callable[[Progress], None] | None,
     seed_offset: int,
+    keep_alive: bool = True,
 ) -> LoadRun:
     """Run ``workload`` over ``workload.client_processes`` spawned processes and merge what they saw."""
     n = workload.client_processes
@@ -98,7 +104,7 @@ def run_sharded(
     procs = [
         ctx.Process(
             target=_worker,
-            args=(k, n, base_url, workload, model, headers, limits, seed_offset, out, go, start),
+            args=(k, n, base_url, workload, model, headers, limits, seed_offset, keep_alive, out, go, start),
             name=f"perfgate-load-{k + 1}-of-{n}",
             daemon=True,
         )
@@ -109,22 +115,27 @@ def run_sharded(
             p.start()
         backend = BACKENDS[workload.backend](model, workload.ignore_eos, workload.extra_body)
 
-        async def warm() -> None:
-            async with new_session() as session:
-                await prepare(Runner(base_url, workload, backend, headers, on_progress), session, seed_offset)
+        async def warm() -> list[str]:
+            runner = Runner(base_url, workload, backend, headers, on_progress)
+            try:
+                async with new_session(keep_alive) as session:
+                    return await prepare(runner, session, seed_offset)
+            finally:
+                await runner.aclose()
 
-        asyncio.run(warm())
+        notes = asyncio.run(warm())
         waiting = _Collector(workload, procs, out)
         waiting.collect("ready", time.monotonic() + _READY_TIMEOUT_S, None)
         start.value = t0 = time.monotonic() + _START_MARGIN_S
         go.set()
-        parts: dict[int, Measured] = waiting.collect("done", None, lambda progress: _report(on_progress, workload, progress, t0))
+        done: dict[int, tuple[Measured, int]] = waiting.collect("done", None, lambda progress: _report(on_progress, workload, progress, t0))
     finally:
         for p in procs:
             if p.is_alive():
                 p.terminate()
         for p in procs:
             p.join(5.0)
+    parts = {k: m for k, (m, _) in done.items()}
     records = sorted((r for m in parts.values() for r in m.records), key=lambda r: r.index)
     end = max(m.end_s for m in parts.values())
     return LoadRun(
@@ -136,7 +147,7 @@ def run_sharded(
         client=merge_client_stats([parts[k].client for k in range(n)], end - t0),
         warmup_requests=workload.warmup_requests,
         flushed_cache=workload.flush_cache,
-        notes=[f"client sharded over {n} processes"],
+        notes=[*notes, f"client sharded over {n} processes", *retry_note(sum(r for _, r in done.values()))],
     )
 
 

@@ -11,6 +11,28 @@ from perfgate.metrics._stats import describe_ms
 TIMELINE_BIN_S = 0.1
 PEAK_BUCKET_S = 1.0
 
+_DESCRIBED = ("ttft", "tpot", "itl", "e2e_latency")
+METRIC_NAMES = frozenset(
+    {
+        "duration_s",
+        "completed",
+        "failed",
+        "total_input_tokens",
+        "total_output_tokens",
+        "request_throughput",
+        "input_throughput",
+        "output_throughput",
+        "total_throughput",
+        "concurrency",
+        "max_output_tokens_per_s",
+        "steady_output_throughput",
+        "steady_mean_tpot_ms",
+        "steady_window_s",
+        *(f"{stat}_{name}_ms" for name in _DESCRIBED for stat in ("mean", "median", "std", "p90", "p95", "p99")),
+    }
+)
+"""Every name :func:`compute_metrics` can put in ``values`` (bench_serving's keys plus the steady window's)."""
+
 
 @dataclass(frozen=True)
 class SteadyWindow:
@@ -80,7 +102,7 @@ def compute_metrics(run: LoadRun, *, target_concurrency: int, steady_ratio: floa
     errors: dict[str, int] = {}
     for r in failed:
         errors[_error_kind(r.error)] = errors.get(_error_kind(r.error), 0) + 1
-    notes: list[str] = []
+    notes: list[str] = list(run.notes)
 
     uncounted = sum(1 for r in ok if r.output_tokens is None)
     if uncounted:
@@ -111,10 +133,8 @@ def compute_metrics(run: LoadRun, *, target_concurrency: int, steady_ratio: floa
         "total_throughput": (total_in + total_out) / duration if duration > 0 else 0.0,
         "concurrency": sum(e2e) / duration if duration > 0 else 0.0,
     }
-    values.update(describe_ms(ttfts, "ttft"))
-    values.update(describe_ms(tpots, "tpot"))
-    values.update(describe_ms(itls, "itl"))
-    values.update(describe_ms(e2e, "e2e_latency"))
+    for name, samples in zip(_DESCRIBED, (ttfts, tpots, itls, e2e)):
+        values.update(describe_ms(samples, name))
 
     per_request_times = [_token_times(r) for r in ok]
     token_times = [t for times in per_request_times for t in times]
@@ -157,6 +177,7 @@ def _timeline(run: LoadRun, token_times: list[float]) -> Timeline:
     n_bins = max(1, math.ceil(run.duration_s / TIMELINE_BIN_S))
     delta = [0] * (n_bins + 1)
     for r in run.records:
+        # Failed requests carry the time they failed; only a record without one (never sent) runs to the end.
         end = r.start_s + r.latency_s if r.latency_s is not None else run.end_s
         # A request counts in bin b when it is in flight at the bin's start.
         b0 = max(0, math.ceil((r.start_s - run.start_s) / TIMELINE_BIN_S - 1e-9))

@@ -29,13 +29,19 @@ def perf_session(pytestconfig: pytest.Config) -> Iterator[GateSession]:
     state.close()
 
 
-@pytest.fixture(scope="session")
-def perf_server(perf_session: GateSession) -> RunningServer:
-    """The server under test, booted (or attached) once and ready to serve."""
+@pytest.fixture
+def perf_server(request: pytest.FixtureRequest, perf_session: GateSession) -> RunningServer:
+    """The server under test, booted (or attached) once per session and ready to serve.
+
+    A boot that failed fails every test that needs the server: the first with the whole
+    message, the others with one line pointing to it.
+    """
     try:
         return perf_session.server()
     except PerfgateError as e:
-        pytest.fail(str(e), pytrace=False)
+        error = e
+    # Outside the except block, so the report does not chain the error to itself.
+    request.config.stash[STATE_KEY].fail_once(error, request.node.nodeid)
 
 
 def _benchmark_rounds(benchmark: Any, first_run: bool) -> Callable[[Callable[[], None], int], None] | None:
@@ -61,14 +67,20 @@ def perf_result(
     try:
         result = perf_session.run(perf_workload, on_progress=progress, repeat_runner=_benchmark_rounds(benchmark, first))
     except PerfgateError as e:
-        pytest.fail(str(e), pytrace=False)
+        error = e
+    else:
+        _record_properties(request, benchmark, result)
+        return result
+    request.config.stash[STATE_KEY].fail_once(error, request.node.nodeid)
+
+
+def _record_properties(request: pytest.FixtureRequest, benchmark: Any, result: WorkloadResult) -> None:
     if benchmark is not None:
         benchmark.extra_info.update(
-            {"perfgate_workload": perf_workload.name, "perfgate_median": result.verdict_medians(), "unit": "seconds per repeat"}
+            {"perfgate_workload": result.workload, "perfgate_median": result.verdict_medians(), "unit": "seconds per repeat"}
         )
     for name, value in sorted(result.repeats[-1].values().items()):
         request.node.user_properties.append((f"perf.{name}", round(value, 4)))
-    return result
 
 
 @pytest.fixture

@@ -3,16 +3,43 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
 from perfgate.errors import PerfgateError
 from perfgate.plugin._state import STATE_KEY, PluginState
-from perfgate.report import render_text, rows, write_results
+from perfgate.report import error_rates, render_text, rows, write_results
+from perfgate.server import check_url
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    _check_options(config)
     config.stash[STATE_KEY] = PluginState(config)
+
+
+def _check_options(config: pytest.Config) -> None:
+    """Refuse contradictory or impossible options before anything is collected or booted."""
+    repeats = config.getoption("perf_repeats")
+    if repeats is not None and repeats < 1:
+        raise pytest.UsageError(f"--perf-repeats {repeats}: expected a whole number >= 1 (leave it out to use the profile's repeats)")
+    if config.getoption("perf_accept_regression") is not None and not config.getoption("perf_update_baselines"):
+        raise pytest.UsageError(
+            "--perf-accept-regression only applies when recording: add --perf-update-baselines "
+            "(a gate run never accepts a regression)"
+        )
+    wait_s = config.getoption("perf_lock_wait")
+    if wait_s < 0:
+        raise pytest.UsageError(f"--perf-lock-wait {wait_s:g}: expected seconds >= 0")
+    results = config.getoption("perf_results")
+    if results and Path(results).exists() and not Path(results).is_dir():
+        raise pytest.UsageError(f"--perf-results {results}: that is a file; pass a directory (it is created if missing)")
+    base_url = config.getoption("perf_base_url")
+    if base_url:
+        try:
+            check_url(base_url, "--perf-base-url")
+        except PerfgateError as e:
+            raise pytest.UsageError(str(e)) from None
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -56,18 +83,20 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.write_sep("=", "perfgate summary")
     for line in _header(state):
         terminalreporter.write_line(line)
-    table = rows(session.results.values())
+    table = rows(session.results.values(), error_rates(session))
     if table:
         terminalreporter.write_line("")
         terminalreporter.write_line(render_text(table))
     for name, res in session.results.items():
-        for rep in res.repeats:
-            for note in rep.metrics.notes:
-                terminalreporter.write_line(f"note: {name}: {note}")
+        for note in dict.fromkeys(note for rep in res.repeats for note in rep.metrics.notes):
+            terminalreporter.write_line(f"note: {name}: {note}")
         if res.baseline_note:
             terminalreporter.write_line(f"baseline: {name}: {res.baseline_note}" + (f" -> {res.baseline_path}" if res.recorded else ""))
+    for note in session.store_notes:
+        terminalreporter.write_line(f"baseline store: {note}")
     for name, err in session.failures.items():
-        terminalreporter.write_line(f"error: {name}: {err}")
+        # The whole message is in the test report; one line here says which workload it stopped.
+        terminalreporter.write_line(f"error: {name}: {str(err).splitlines()[0]}")
     for note in state.teardown_notes:
         terminalreporter.write_line(f"teardown: {note}")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -19,6 +20,20 @@ class PluginState:
         self._profile: Profile | None = None
         self.session: GateSession | None = None
         self.teardown_notes: list[str] = []
+        # Error message -> the test that showed it in full; later tests hit by the same error
+        # (every test of a workload, every workload after a failed boot) get one line.
+        self._shown: dict[str, str] = {}
+
+    def fail_once(self, error: Exception, nodeid: str) -> NoReturn:
+        """Fail the current test with ``error``: in full the first time, as one line referring back after."""
+        text = str(error)
+        first = self._shown.setdefault(text, nodeid)
+        if first == nodeid:
+            pytest.fail(text, pytrace=False)
+        headline = text.splitlines()[0] if text else type(error).__name__
+        if len(headline) > 200:
+            headline = headline[:197] + "..."
+        pytest.fail(f"{headline} [the full message is under {first}]", pytrace=False)
 
     def _path(self, option: str | None, default: str) -> Path:
         p = Path(option or default)

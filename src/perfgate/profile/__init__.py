@@ -6,6 +6,7 @@ raises :class:`perfgate.errors.ProfileError` naming the file, the key and what w
 
 from perfgate.profile._load import load_profile, parse_profile
 from perfgate.profile._model import (
+    DEFAULT_TOLERANCE,
     GateSpec,
     Profile,
     ServerSpec,
@@ -14,6 +15,7 @@ from perfgate.profile._model import (
 )
 
 __all__ = [
+    "DEFAULT_TOLERANCE",
     "GateSpec",
     "Profile",
     "ServerSpec",

@@ -174,6 +174,8 @@ _SERVER_KEYS: dict[str, Checker] = {
     "python": _str,
     "base_url": _str,
     "ready_path": _nonempty_str,
+    "connect_timeout_s": _float(0.0, strict_min=True),
+    "keep_alive": _bool,
     "command": _str_list,
     "flashinfer_cutlass_autotune": _choice("auto", "force", "off"),
     "require_autotune": _bool,
@@ -222,6 +224,8 @@ _GATE_KEYS: dict[str, Checker] = {
     "ceilings": _metric_map(),
     "alpha": _float(0.0, strict_min=True),
     "confirm_on_fail": _bool,
+    "max_repeats": _int(1),
+    "inconclusive": _choice("fail", "warn"),
     "client_max_lag_p99_ms": _float(0.0, strict_min=True),
     "client_max_cpu_share": _float(0.0, strict_min=True),
 }
@@ -321,6 +325,11 @@ def parse_profile(text: str, path: Path) -> Profile:
         if fields.get("client_processes", 1) > fields["concurrency"]:
             raise ctx.fail(where, "client_processes", f"{fields['client_processes']} processes cannot share concurrency = {fields['concurrency']}; every process needs at least one stream (use at most {fields['concurrency']})")
         workloads.append(Workload(**fields))
+    if gate.max_repeats is not None:
+        for w in workloads:
+            repeats = w.repeats if w.repeats is not None else gate.repeats
+            if gate.max_repeats < repeats:
+                raise ctx.fail("[gate]", "max_repeats", f"{gate.max_repeats} is below the {repeats} repeats of workload {w.name!r}; max_repeats bounds the extra repeats run to decide an inconclusive verdict, so it must be at least the repeats")
     names = [w.name for w in workloads]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
@@ -348,6 +357,8 @@ def _check_server(ctx: _Ctx, server: ServerSpec) -> None:
         raise ctx.fail("[server]", "sim", f'simulator options only apply to kind = "simulator", not {server.kind!r}')
     if server.base_url and not server.base_url.startswith(("http://", "https://")):
         raise ctx.fail("[server]", "base_url", f"expected an http:// or https:// URL, got {server.base_url!r}")
+    if not server.ready_path.startswith("/"):
+        raise ctx.fail("[server]", "ready_path", f'expected a path starting with "/", e.g. "/health", got {server.ready_path!r}')
     if server.port > 65535:
         raise ctx.fail("[server]", "port", f"expected a port number 0-65535 (0 picks a free port), got {server.port}")
 

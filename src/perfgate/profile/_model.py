@@ -33,6 +33,11 @@ class ServerSpec:
     python: str = ""
     base_url: str = ""
     ready_path: str = "/health_generate"
+    # Attach: how long nothing may accept connections at base_url before perfgate gives up.
+    connect_timeout_s: float = 30.0
+    # Reuse HTTP connections between requests; false for servers that close connections after
+    # a stream without saying so (each request then opens its own).
+    keep_alive: bool = True
     # kind = "command": argv template with {port}, {host}, {model} placeholders.
     command: tuple[str, ...] = ()
     flashinfer_cutlass_autotune: AutotuneMode = "auto"
@@ -133,6 +138,11 @@ class GateSpec:
     # Significance level of the noise test on repeats (used when repeats >= 3).
     alpha: float = 0.05
     confirm_on_fail: bool = False
+    # A median past its limit that the noise test cannot confirm gets more repeats, one at a
+    # time, up to this many in all (None: twice the workload's repeats); still undecided, it
+    # is INCONCLUSIVE, which fails the gate unless inconclusive = "warn".
+    max_repeats: int | None = None
+    inconclusive: Literal["fail", "warn"] = "fail"
     # The client's own validity limits: above these, numbers describe the client, not the server.
     # A server sharing a small host's CPUs with the client (vLLM on CPU) needs more lag allowance.
     client_max_lag_p99_ms: float = 200.0
@@ -157,3 +167,8 @@ class Profile:
 
     def repeats_for(self, workload: Workload) -> int:
         return workload.repeats if workload.repeats is not None else self.gate.repeats
+
+    def max_repeats_for(self, workload: Workload) -> int:
+        """Most repeats the session may run to decide an inconclusive verdict."""
+        repeats = self.repeats_for(workload)
+        return max(repeats, self.gate.max_repeats if self.gate.max_repeats is not None else 2 * repeats)

@@ -54,6 +54,7 @@ def _repeat_json(rep: RepeatResult) -> dict[str, Any]:
                 "chunk_offsets_s": [round(x, 6) for x in r.chunk_offsets_s],
                 "chunk_tokens": list(r.chunk_tokens),
                 "error": r.error,
+                "retried": r.retried,
             }
             for r in rep.load.records
         ],
@@ -66,6 +67,7 @@ def _workload_json(res: WorkloadResult, rules: Any) -> dict[str, Any]:
         "rules": _plain(rules),
         "valid": res.valid,
         "invalid_reasons": res.invalid_reasons,
+        "error": res.error,
         "fingerprint": _plain(res.fingerprint),
         "baseline": {"path": res.baseline_path, "note": res.baseline_note, "recorded": res.recorded, "previous": res.previous_values},
         "verdict": _plain(res.verdict),
@@ -87,13 +89,18 @@ def results_document(session: GateSession) -> dict[str, Any]:
     }
 
 
+def error_rates(session: GateSession) -> dict[str, float]:
+    """Each workload's allowed error rate, for the summary's failed-requests rows."""
+    return {w.name: w.max_error_rate for w in session.profile.workloads}
+
+
 def markdown_summary(session: GateSession) -> str:
     lines = [f"## perfgate: {session.profile.name}", ""]
     server = session._server
     if server is not None:
         lines.append(f"Target: `{server.kind}` {server.model} ({server.versions.get('server', 'unknown version')})")
         lines.append("")
-    lines.append(render_markdown(rows(session.results.values())))
+    lines.append(render_markdown(rows(session.results.values(), error_rates(session))))
     for name, err in session.failures.items():
         lines.append(f"\n**{name}**: {err}")
     return "\n".join(lines) + "\n"

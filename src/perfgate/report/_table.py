@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from perfgate.session import WorkloadResult
-from perfgate.verdict import fmt_value, unit_of
+from perfgate.verdict import fmt_value, median, unit_of
 
 # Shown for every workload even when not gated, so the table always says what was measured.
 INFO_METRICS = (
@@ -34,17 +34,21 @@ class Row:
     verdict: str
 
 
-def _median(values: Sequence[float]) -> float:
-    s = sorted(values)
-    n = len(s)
-    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+_VERDICT_LABELS = {"pass": "PASS", "fail": "FAIL", "inconclusive": "INCONCLUSIVE"}
 
 
-def rows(results: Iterable[WorkloadResult]) -> list[Row]:
+def _verdict_label(status: str, ok: bool) -> str:
+    label = _VERDICT_LABELS.get(status, status)
+    return f"{label} (warning)" if status == "inconclusive" and ok else label
+
+
+def rows(results: Iterable[WorkloadResult], error_rates: Mapping[str, float] | None = None) -> list[Row]:
+    """The summary table. ``error_rates``: each workload's allowed error rate, shown next to its
+    failed requests (a run that failed requests within its allowance is still shown)."""
     out: list[Row] = []
     for res in results:
         gated = set()
-        for v in res.verdict.metrics:
+        for v in res.verdict.metrics if res.verdict else ():
             gated.add(v.metric)
             unit = unit_of(v.metric)
             if res.recorded:
@@ -71,7 +75,7 @@ def rows(results: Iterable[WorkloadResult]) -> list[Row]:
                     fmt_value(v.baseline, unit) if v.baseline is not None else "-",
                     fmt_value(v.limit, unit) if v.limit is not None else "-",
                     f"{v.change_pct:+.1f}%" if v.change_pct is not None else "-",
-                    v.status.upper() if v.status in ("pass", "fail") else v.status,
+                    _verdict_label(v.status, v.ok),
                 )
             )
         repeats = res.values()
@@ -80,8 +84,16 @@ def rows(results: Iterable[WorkloadResult]) -> list[Row]:
                 continue
             vals = [r[metric] for r in repeats if metric in r]
             if vals:
-                out.append(Row(res.workload, metric, fmt_value(_median(vals), unit_of(metric)), "", "", "", "info"))
-        if not res.valid:
+                out.append(Row(res.workload, metric, fmt_value(median(vals), unit_of(metric)), "", "", "", "info"))
+        failed = sum(r.metrics.failed for r in res.repeats)
+        total = sum(len(r.load.records) for r in res.repeats)
+        if failed:
+            allowed = (error_rates or {}).get(res.workload)
+            limit = f"{allowed:.1%} allowed" if allowed is not None else ""
+            out.append(Row(res.workload, "failed_requests", f"{failed} of {total} ({failed / total:.1%})", "", limit, "", "info"))
+        if res.error:
+            out.append(Row(res.workload, f"stopped after {len(res.repeats)} repeat(s)", "", "", "", "", "ERROR"))
+        elif not res.valid:
             out.append(Row(res.workload, "run validity", "", "", "", "", "INVALID"))
     return out
 

@@ -11,12 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-import httpx
 
 from perfgate.errors import ServerError
+from perfgate.server import _signals
 
 LOG_TAIL_LINES = 50
-_POLL_S = 0.25
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
@@ -27,7 +26,7 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
         return "(no log)"
 
 
-def _tail_block(path: Path) -> str:
+def tail_block(path: Path) -> str:
     return f"\n--- last {LOG_TAIL_LINES} lines of {path} ---\n{log_tail(path).rstrip()}\n--- end of log ---"
 
 
@@ -40,6 +39,7 @@ class ServerProcess:
     log_path: Path
     started_s: float
     pids: set[int] = field(default_factory=set)
+    _released: bool = field(default=False, repr=False)
 
     @property
     def pid(self) -> int:
@@ -48,40 +48,30 @@ class ServerProcess:
     def exited(self) -> int | None:
         return self.popen.poll()
 
-    def wait_ready(self, url: str, timeout_s: float) -> float:
-        """Poll ``url`` until it answers 200; return seconds since launch.
-
-        Fails at once when the process exits, and after ``timeout_s`` otherwise, with the log's tail.
-        """
-        deadline = self.started_s + timeout_s
-        last = "no answer yet"
-        with httpx.Client(timeout=httpx.Timeout(30.0, connect=2.0)) as client:
-            while True:
-                code = self.exited()
-                if code is not None:
-                    raise ServerError(
-                        f"server exited with code {code} before {url} answered 200 "
-                        f"(command: {' '.join(self.argv)}){_tail_block(self.log_path)}"
-                    )
-                try:
-                    resp = client.get(url)
-                    if resp.status_code == 200:
-                        return time.monotonic() - self.started_s
-                    last = f"HTTP {resp.status_code}"
-                except httpx.HTTPError as e:
-                    last = f"{type(e).__name__}"
-                if time.monotonic() >= deadline:
-                    raise ServerError(
-                        f"server not ready after {timeout_s:g} s: {url} last answered {last} "
-                        f"(raise [server] startup_timeout_s if the model needs longer to load){_tail_block(self.log_path)}"
-                    )
-                time.sleep(_POLL_S)
+    def exit_error(self, doing: str) -> ServerError | None:
+        """A ServerError saying the server died while ``doing`` (with its exit and log), or None while it runs."""
+        code = self.exited()
+        if code is None:
+            return None
+        return ServerError(
+            f"the server {describe_exit(code)} {doing} (command: {' '.join(self.argv)}){tail_block(self.log_path)}"
+        )
 
     def stop(self, timeout_s: float) -> list[str]:
         """SIGTERM the session, wait up to ``timeout_s``, then SIGKILL it. Returns what had to be forced.
 
         ``self.pids`` keeps every PID the group had, so the caller can check the GPUs for them.
         """
+        # A second Ctrl-C or SIGTERM during teardown would orphan the server: hold them until it is done.
+        with _signals.deferred():
+            try:
+                return self._stop(timeout_s)
+            finally:
+                if not self._released:
+                    self._released = True
+                    _signals.release()
+
+    def _stop(self, timeout_s: float) -> list[str]:
         notes: list[str] = []
         pgid = self.popen.pid  # start_new_session: the leader's pid is the group id
         self.pids = group_members(pgid) | {pgid}
@@ -162,4 +152,17 @@ def launch(argv: Sequence[str], env: Mapping[str, str], log_path: Path, cwd: Pat
             )
         except OSError as e:
             raise ServerError(f"cannot start server command {argv[0]!r}: {e} (check [server] python / command)") from None
+    _signals.acquire()
     return ServerProcess(list(argv), popen, log_path, time.monotonic())
+
+
+def describe_exit(code: int) -> str:
+    """ "exited with code 1", or "was killed by SIGKILL" for a negative Popen return code."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        oom = " (the kernel's OOM killer sends this; check `dmesg`)" if -code == signal.SIGKILL else ""
+        return f"was killed by {name}{oom}"
+    return f"exited with code {code}"

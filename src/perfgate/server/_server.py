@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import socket
 import sys
-import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +17,7 @@ from perfgate.profile import ServerSpec
 from perfgate.server._gpu_procs import wait_released
 from perfgate.server._locks import hold_gpus
 from perfgate.server._process import ServerProcess, launch
+from perfgate.server._ready import check_url, wait_ready
 from perfgate.server._sglang_launch import preflight, verify
 
 
@@ -39,6 +39,16 @@ class RunningServer:
     process: ServerProcess | None = None
     # SGLang only: the autotune plan's decision and what the boot log proved.
     autotune: dict[str, Any] = field(default_factory=dict)
+    # The endpoint that reported versions["server"] (/server_info, /version, /info, /props).
+    version_source: str = ""
+
+    def died(self, doing: str) -> ServerError | None:
+        """A ServerError with the exit code and log tail when the launched server has exited, else None.
+
+        Requests to a dead server fail as "connection error"; this says why. Attached servers
+        are not ours to watch: None.
+        """
+        return self.process.exit_error(doing) if self.process is not None else None
 
     def provenance(self) -> dict[str, Any]:
         return {
@@ -48,6 +58,7 @@ class RunningServer:
             "launch_command": self.argv,
             "boot_s": round(self.boot_s, 3),
             "versions": self.versions,
+            "version_source": self.version_source,
             "autotune": self.autotune,
             "server_info": self.info,
         }
@@ -141,26 +152,6 @@ def _served_model(client: httpx.Client, base_url: str, fallback: str) -> str:
     return fallback
 
 
-def _wait_attached(base_url: str, spec: ServerSpec) -> float:
-    url = base_url + spec.ready_path
-    t0 = time.monotonic()
-    last = "no answer"
-    with httpx.Client(timeout=httpx.Timeout(30.0, connect=2.0)) as client:
-        while time.monotonic() - t0 < spec.startup_timeout_s:
-            try:
-                resp = client.get(url)
-                if resp.status_code == 200:
-                    return time.monotonic() - t0
-                last = f"HTTP {resp.status_code}"
-            except httpx.HTTPError as e:
-                last = type(e).__name__
-            time.sleep(0.5)
-    raise ServerError(
-        f"attached server {base_url} not ready: {url} last answered {last} after {spec.startup_timeout_s:g} s; "
-        "check the URL and that the server finished its startup"
-    )
-
-
 def start_server(spec: ServerSpec, *, log_dir: Path, stack: ExitStack, base_url: str = "", lock_wait_s: float = 0.0) -> RunningServer:
     """Boot ``spec`` (or attach when ``base_url`` or kind = "attach") and register its teardown on ``stack``.
 
@@ -168,7 +159,8 @@ def start_server(spec: ServerSpec, *, log_dir: Path, stack: ExitStack, base_url:
     """
     attach_url = (base_url or (spec.base_url if spec.kind == "attach" else "")).rstrip("/")
     if attach_url:
-        boot_s = _wait_attached(attach_url, spec)
+        check_url(attach_url, "--perf-base-url" if base_url else "[server] base_url")
+        boot_s = wait_ready(attach_url + spec.ready_path, spec.startup_timeout_s, connect_timeout_s=spec.connect_timeout_s)
         server = RunningServer("attach", attach_url, spec.model_path, [], None, boot_s, spec.gpus)
     else:
         if spec.gpus and spec.kind in ("sglang", "command"):
@@ -186,7 +178,7 @@ def start_server(spec: ServerSpec, *, log_dir: Path, stack: ExitStack, base_url:
         proc = launch(argv, env, log_path)
         server = RunningServer(spec.kind, f"http://{spec.host}:{port}", spec.model_path, argv, log_path, 0.0, spec.gpus, process=proc)
         stack.callback(_stop, server, spec)
-        server.boot_s = proc.wait_ready(server.base_url + spec.ready_path, spec.startup_timeout_s)
+        server.boot_s = wait_ready(server.base_url + spec.ready_path, spec.startup_timeout_s, process=proc)
         if pre is not None:
             server.versions.update(pre.versions)
             server.notes.extend(pre.warnings)
@@ -204,9 +196,27 @@ def start_server(spec: ServerSpec, *, log_dir: Path, stack: ExitStack, base_url:
         server.info = _get_json(client, server.base_url, "/server_info", "/get_server_info")
         server.model_info = _get_json(client, server.base_url, "/model_info", "/get_model_info")
         server.model = _served_model(client, server.base_url, server.model_info.get("served_model_name") or spec.model_path or "default")
-    if server.info.get("version"):
-        server.versions["server"] = str(server.info["version"])
+        version, source = _server_version(client, server.base_url, server.info)
+    if version:
+        server.versions["server"] = version
+        server.version_source = source
     return server
+
+
+# Where servers report their version: SGLang (/server_info), vLLM (/version), Hugging Face TGI
+# (/info), llama.cpp (/props, "build_info").
+_VERSION_SOURCES = (("/version", "version"), ("/info", "version"), ("/props", "build_info"))
+
+
+def _server_version(client: httpx.Client, base_url: str, info: dict[str, Any]) -> tuple[str, str]:
+    """(the server's own version, the endpoint that said it), or ("", "") when none does."""
+    if info.get("version"):
+        return str(info["version"]), "/server_info"
+    for path, key in _VERSION_SOURCES:
+        value = _get_json(client, base_url, path).get(key)
+        if isinstance(value, (str, int, float)) and str(value):
+            return str(value), path
+    return "", ""
 
 
 def _stop(server: RunningServer, spec: ServerSpec) -> None:

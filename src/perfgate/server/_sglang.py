@@ -14,6 +14,7 @@ import difflib
 import json
 import re
 import subprocess
+import tomllib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -155,11 +156,29 @@ def sglang_help_text(python: str, timeout_s: float = 600.0) -> str:
     return proc.stdout
 
 
+def resolve_sglang_root(path: Path) -> Path:
+    """The ``sglang`` package directory for what a user points at: the package directory itself,
+    an unpacked wheel's root (``<dir>/sglang``) or a source checkout (``<dir>/python/sglang``).
+
+    Raises ServerError naming the places it looked.
+    """
+    candidates = (path, path / "sglang", path / "python" / "sglang")
+    for candidate in candidates:
+        if (candidate / "srt").is_dir():
+            return candidate
+    looked = ", ".join(str(c / "srt") for c in candidates)
+    raise ServerError(
+        f"{path} is not an SGLang package directory, unpacked wheel or source checkout (no {looked}); "
+        "pass the directory that holds sglang/ (an unpacked wheel), the repository root, or sglang/ itself"
+    )
+
+
 def sglang_version_from_tree(sglang_root: Path) -> str:
     """The version of an installed or unpacked ``sglang`` directory, without importing it.
 
     Reads ``_version.py`` (setuptools-scm, 0.5.4+), then ``version.py`` (older), then the
-    wheel's ``sglang-*.dist-info/METADATA`` next to it; "unknown" when none says.
+    wheel's ``sglang-*.dist-info/METADATA`` next to it, then a source checkout's
+    ``pyproject.toml``; "unknown" when none says.
     """
     for name in ("_version.py", "version.py"):
         version = _literal_version(sglang_root / name)
@@ -169,7 +188,12 @@ def sglang_version_from_tree(sglang_root: Path) -> str:
         for line in metadata.read_text(encoding="utf-8", errors="replace").splitlines():
             if line.startswith("Version:"):
                 return line.split(":", 1)[1].strip()
-    return "unknown"
+    try:
+        project = tomllib.loads((sglang_root.parent / "pyproject.toml").read_text(encoding="utf-8")).get("project", {})
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        project = {}
+    version = project.get("version") if isinstance(project, dict) else None
+    return version if isinstance(version, str) and version else "unknown"
 
 
 def _literal_version(path: Path) -> str | None:

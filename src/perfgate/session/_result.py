@@ -6,8 +6,10 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from perfgate.baseline import Fingerprint
 from perfgate.load import LoadRun
 from perfgate.metrics import ServingMetrics
+from perfgate.verdict import WorkloadVerdict
 
 
 def _finite(obj: Any) -> Any:
@@ -60,20 +62,23 @@ class WorkloadResult:
     workload: str
     repeats: list[RepeatResult]
     invalid_reasons: list[str]
-    verdict: Any  # perfgate.verdict.WorkloadVerdict
-    fingerprint: Any  # perfgate.baseline.Fingerprint
+    # None when the workload failed before it could be judged (see ``error``).
+    verdict: WorkloadVerdict | None = None
+    fingerprint: Fingerprint | None = None
     baseline_path: str = ""
     baseline_note: str = ""
     recorded: bool = False
     previous_values: dict[str, float] = field(default_factory=dict)
+    # Why the workload stopped part-way; its completed repeats are still in ``repeats``.
+    error: str = ""
 
     @property
     def valid(self) -> bool:
-        return not self.invalid_reasons
+        return not self.invalid_reasons and not self.error
 
     def values(self) -> list[dict[str, float]]:
         return [r.values() for r in self.repeats]
 
     def verdict_medians(self) -> dict[str, float | None]:
         """Median over repeats of every gated metric (None where not measured)."""
-        return {v.metric: v.measured for v in self.verdict.metrics}
+        return {v.metric: v.measured for v in self.verdict.metrics} if self.verdict else {}

@@ -11,15 +11,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from perfgate.baseline import Baseline, BaselineStore, Fingerprint, fingerprint_for, others_note, provenance
-from perfgate.errors import BaselineError, PerfgateError, ProfileError, TelemetryError
-from perfgate.load import ClientLimits, Progress, run_workload
+from perfgate.baseline import Baseline, BaselineStore, Fingerprint, cpu_description, fingerprint_for, others_note, provenance
+from perfgate.errors import BaselineError, LoadError, PerfgateError, ProfileError, ServerError, TelemetryError
+from perfgate.load import ClientLimits, LoadRun, Progress, run_workload
 from perfgate.metrics import compute_metrics
 from perfgate.profile import Profile, Workload
-from perfgate.server import RunningServer, start_server
+from perfgate.server import RunningServer, ServerConfig, server_config, start_server
 from perfgate.session._result import RepeatResult, WorkloadResult, window_json
 from perfgate.telemetry import NotMeasured, open_monitor
-from perfgate.verdict import MetricRule, judge, rules_for
+from perfgate.verdict import MetricRule, WorkloadVerdict, judge, rules_for
 
 
 RepeatRunner = Callable[[Callable[[], None], int], None]
@@ -41,13 +41,33 @@ class SessionOptions:
     lock_wait_s: float = 0.0
 
 
+def _failed_summary(load: LoadRun) -> str:
+    failed = [r.error for r in load.records if r.error]
+    if not failed:
+        return "no request had failed yet"
+    return f"{len(failed)} of {len(load.records)} requests failed; first: {failed[0]}"
+
+
 class GateSession:
+    """One gate run over a profile.
+
+    Everything that can be checked without the server is checked in the constructor (metric
+    names, every baseline file of the profile, a writable store when recording), so a bad
+    input stops the run before a multi-minute boot. ``results`` holds every workload that ran,
+    also one that failed part-way (with its completed repeats and ``error``); ``failures``
+    the error each failed workload raised.
+    """
+
     def __init__(self, profile: Profile, options: SessionOptions) -> None:
+        if options.repeats is not None and options.repeats < 1:
+            raise PerfgateError(f"repeats must be at least 1, got {options.repeats}")
         self.profile = profile
         self.options = options
         self.store = BaselineStore(options.baselines_dir)
         self._stack = ExitStack()
         self._server: RunningServer | None = None
+        self._server_error: PerfgateError | None = None
+        self._config: ServerConfig | None = None
         self._monitor: Any = None
         self.telemetry_note = ""
         self.results: dict[str, WorkloadResult] = {}
@@ -59,19 +79,34 @@ class GateSession:
                 self._rules[w.name] = rules_for(profile.gate, w)
             except ValueError as e:
                 raise ProfileError(f"profile {profile.path}: {e}") from None
+        self.store_notes = self.store.check(profile.name, for_update=options.update_baselines)
 
     # -- server and telemetry -------------------------------------------------------------
     def server(self) -> RunningServer:
+        """The server, booted on first use; a boot that failed is not retried (its error is raised again)."""
+        if self._server_error is not None:
+            raise self._server_error
         if self._server is None:
-            self._server = start_server(
-                self.profile.server,
-                log_dir=self.options.log_dir,
-                stack=self._stack,
-                base_url=self.options.base_url,
-                lock_wait_s=self.options.lock_wait_s,
-            )
-            self._open_telemetry(self._server)
+            try:
+                self._server = start_server(
+                    self.profile.server,
+                    log_dir=self.options.log_dir,
+                    stack=self._stack,
+                    base_url=self.options.base_url,
+                    lock_wait_s=self.options.lock_wait_s,
+                )
+                self._open_telemetry(self._server)
+            except PerfgateError as e:
+                self._server_error = e
+                raise
         return self._server
+
+    def _check_server(self, server: RunningServer, doing: str) -> None:
+        """Raise (and remember) a ServerError when the launched server has died."""
+        died = server.died(doing)
+        if died is not None:
+            self._server_error = died
+            raise died
 
     def _open_telemetry(self, server: RunningServer) -> None:
         spec = self.profile.telemetry
@@ -118,71 +153,95 @@ class GateSession:
         """Run (once per session) and judge ``workload``; later calls return the cached result.
 
         ``repeat_runner(one_repeat, n)`` must call ``one_repeat`` n times; the plugin passes
-        pytest-benchmark's pedantic mode so each repeat is also a timed benchmark round.
+        pytest-benchmark's pedantic mode so each repeat is also a timed benchmark round. On a
+        PerfgateError the repeats completed so far stay in ``results`` with the error.
         """
         if workload.name in self.failures:
             raise self.failures[workload.name]
         if workload.name in self.results:
             return self.results[workload.name]
+        repeats: list[RepeatResult] = []
         try:
-            result = self._run(workload, on_progress, repeat_runner or _call_n_times)
+            result = self._run(workload, repeats, on_progress, repeat_runner or _call_n_times)
         except PerfgateError as e:
             self.failures[workload.name] = e
+            self.results[workload.name] = WorkloadResult(
+                workload=workload.name, repeats=repeats, invalid_reasons=self._invalid_reasons(workload, repeats), error=str(e)
+            )
             raise
         self.results[workload.name] = result
         return result
 
     def _run(
-        self, workload: Workload, on_progress: Callable[[Progress], None] | None, repeat_runner: RepeatRunner
+        self,
+        workload: Workload,
+        repeats: list[RepeatResult],
+        on_progress: Callable[[Progress], None] | None,
+        repeat_runner: RepeatRunner,
     ) -> WorkloadResult:
         server = self.server()
-        repeats: list[RepeatResult] = []
+        self._check_server(server, f"before workload {workload.name}")
+        n = self.repeats_for(workload)
 
         def one_repeat() -> None:
-            load = run_workload(
-                server.base_url,
-                workload,
-                model=server.model,
-                api_key_env=self.profile.server.api_key_env,
-                limits=ClientLimits(self.profile.gate.client_max_lag_p99_ms, self.profile.gate.client_max_cpu_share),
-                on_progress=on_progress,
-                repeat=len(repeats),
-            )
+            doing = f"during workload {workload.name} (repeat {len(repeats) + 1})"
+            try:
+                load = run_workload(
+                    server.base_url,
+                    workload,
+                    model=server.model,
+                    api_key_env=self.profile.server.api_key_env,
+                    limits=ClientLimits(self.profile.gate.client_max_lag_p99_ms, self.profile.gate.client_max_cpu_share),
+                    on_progress=on_progress,
+                    repeat=len(repeats),
+                    keep_alive=self.profile.server.keep_alive,
+                )
+            except LoadError as e:
+                # Requests to a dead server fail as connection errors: say that the server died, and how.
+                self._check_server(server, f"{doing}: {e}")
+                raise
+            self._check_server(server, f"{doing}: {_failed_summary(load)}")
             metrics = compute_metrics(load, target_concurrency=min(workload.concurrency, workload.num_prompts))
             repeats.append(self._with_telemetry(load, metrics))
 
-        n = self.repeats_for(workload)
         repeat_runner(one_repeat, n)
         if len(repeats) != n:
             raise PerfgateError(f"workload {workload.name}: {len(repeats)} of {n} repeats ran; the repeat runner must run each once")
-        invalid = self._invalid_reasons(workload, repeats)
         fingerprint = self._fingerprint(server, workload)
         baseline = self.store.load(self.profile.name, workload.name, fingerprint)
         note = ""
         if baseline is None:
             note = others_note(fingerprint, self.store.others(self.profile.name, workload.name, fingerprint))
-        def verdict_now() -> Any:
+        gate = self.profile.gate
+
+        def verdict_now() -> WorkloadVerdict:
             return judge(
                 workload.name,
                 self._rules[workload.name],
                 [r.values() for r in repeats],
                 baseline.repeats if baseline else None,
-                alpha=self.profile.gate.alpha,
-                require_baseline=self.profile.gate.require_baseline and not self.options.update_baselines,
+                alpha=gate.alpha,
+                require_baseline=gate.require_baseline and not self.options.update_baselines,
                 no_baseline_note=note,
+                inconclusive=gate.inconclusive,
             )
 
         verdict = verdict_now()
-        if self.profile.gate.confirm_on_fail and not verdict.passed and not self.options.update_baselines:
-            # A failure is confirmed on twice the evidence: the same number of repeats again,
-            # judged together with the first ones, before it is reported.
-            _call_n_times(one_repeat, n)
-            invalid = self._invalid_reasons(workload, repeats)
-            verdict = verdict_now()
+        if not self.options.update_baselines:
+            if gate.confirm_on_fail and verdict.failures and not verdict.inconclusive:
+                # A failure is confirmed on twice the evidence: the same number of repeats again,
+                # judged together with the first ones, before it is reported.
+                _call_n_times(one_repeat, n)
+                verdict = verdict_now()
+            # Past the limit but not yet distinguishable from noise: more repeats decide it.
+            max_repeats = max(self.profile.max_repeats_for(workload), n)
+            while verdict.inconclusive and len(repeats) < max_repeats:
+                one_repeat()
+                verdict = verdict_now()
         result = WorkloadResult(
             workload=workload.name,
             repeats=repeats,
-            invalid_reasons=invalid,
+            invalid_reasons=self._invalid_reasons(workload, repeats),
             verdict=verdict,
             fingerprint=fingerprint,
             baseline_path=str(self.store.path_for(self.profile.name, workload.name, fingerprint)) if baseline else "",
@@ -199,7 +258,7 @@ class GateSession:
                     self._rules[workload.name],
                     result.values(),
                     result.values(),
-                    alpha=self.profile.gate.alpha,
+                    alpha=gate.alpha,
                 )
         return result
 
@@ -229,11 +288,9 @@ class GateSession:
                     f"repeat {i}: {failed} of {total} requests failed ({kinds}); first: {first}"
                     + (f" (allowed error rate {workload.max_error_rate:.1%})" if workload.max_error_rate else "")
                 )
-            if r.load.client.saturated:
-                reasons.append(
-                    f"repeat {i}: the load client, not the server, was the limit ({r.load.client.reason}); "
-                    "shard the workload over more client processes or lower the rate"
-                )
+            client = r.load.client
+            if not client.valid:
+                reasons.append(f"repeat {i}: the load client, not the server, set the pace ({client.reason}): {client.advice}")
         return reasons
 
     def hardware(self) -> dict[str, Any]:
@@ -257,16 +314,26 @@ class GateSession:
             }
         return {"gpu_model": "unknown", "gpu_count": len(self.profile.server.gpus), "power_limit_w": None, "driver_version": ""}
 
+    def server_config(self) -> ServerConfig:
+        """The server's engine and flags as fingerprints see them (read once: it may run ``--help``)."""
+        if self._config is None:
+            self._config = server_config(self.profile.server)
+        return self._config
+
     def _fingerprint(self, server: RunningServer, workload: Workload) -> Fingerprint:
         spec = self.profile.server
-        args = list(spec.args) + [f"--{k.replace('_', '-')}={v}" for k, v in sorted(spec.sim.items())]
+        config = self.server_config()
+        hardware = self.hardware()
         return fingerprint_for(
             # --perf-base-url attaches to a server started as the profile describes: same fingerprint.
-            engine=spec.kind,
+            engine=config.engine,
             model=spec.model_path or server.model,
-            server_args=args,
+            server_args=config.args,
+            flag_aliases=config.flag_aliases,
             workload=workload,
-            **self.hardware(),
+            # Where no GPU serves, the processor is the hardware.
+            cpu=cpu_description() if not hardware["gpu_count"] else "",
+            **hardware,
         )
 
     def _record(self, workload: Workload, result: WorkloadResult) -> None:
@@ -299,4 +366,4 @@ class GateSession:
             raise
         result.recorded = True
         result.baseline_path = str(path)
-        result.baseline_note = "recorded"
+        result.baseline_note = "; ".join(["recorded", *self.store.take_notes()])

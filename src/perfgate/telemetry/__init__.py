@@ -15,6 +15,7 @@ from perfgate.telemetry._model import (
     GpuSample,
     GpuWindow,
     NotMeasured,
+    TELEMETRY_METRICS,
     PowerFinding,
     TelemetryWindow,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "NvmlSource",
     "NvmlUnavailable",
     "PowerFinding",
+    "TELEMETRY_METRICS",
     "TelemetryWindow",
     "check_power",
     "open_monitor",

@@ -209,7 +209,8 @@ class TelemetryWindow:
         return (max(powers) - min(powers)) / mean if mean > 0 else 0.0
 
     def metrics(self) -> dict[str, float]:
-        """Flat values for the verdict engine; a key is absent where nothing was measured."""
+        """Flat values for the verdict engine (names in TELEMETRY_METRICS); a key is absent where
+        nothing was measured."""
         out: dict[str, float] = {}
         powers = _values(self.gpus, "mean_power_w")
         if powers:
@@ -245,6 +246,25 @@ class TelemetryWindow:
 
 def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
+
+
+TELEMETRY_METRICS = frozenset(
+    {
+        "gpu_power_min_w",
+        "gpu_power_mean_w",
+        "gpu_power_total_w",
+        "gpu_imbalance",
+        "gpu_limit_share_min",
+        "energy_j",
+        "tensor_util_min_pct",
+        "sm_util_min_pct",
+        "dram_util_mean_pct",
+        "util_gpu_mean_pct",
+        # Output tokens in the window per joule: the session divides the window's tokens by energy_j.
+        "output_tokens_per_j",
+    }
+)
+"""Every gateable name telemetry can produce."""
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,12 @@ from perfgate.verdict._judge import (
     fmt_value,
     judge,
 )
+from perfgate.verdict._names import KNOWN_METRICS, check_metric_name
 from perfgate.verdict._rules import MetricRule, rules_for
 from perfgate.verdict._stats import mann_whitney_less, median, min_p_value
 
 __all__ = [
+    "KNOWN_METRICS",
     "RECORD_HINT",
     "Direction",
     "MetricRule",
@@ -26,6 +28,7 @@ __all__ = [
     "NoiseTest",
     "Status",
     "WorkloadVerdict",
+    "check_metric_name",
     "direction_of",
     "fmt_value",
     "judge",

@@ -1,8 +1,10 @@
 """Hold one workload's repeats to its rules and its baseline.
 
-A metric fails its tolerance only when the median got worse by more than the tolerance AND
-the repeats say the change is real (one-sided Mann-Whitney U on the raw repeats at ``alpha``):
-a change inside the recorded noise passes, with a message saying so. When the repeat counts
+A metric fails its tolerance when the median got worse by more than the tolerance AND the
+repeats say the change is real (one-sided Mann-Whitney U on the raw repeats at ``alpha``). A
+median past the limit that the test cannot tell from noise is never a pass: it is
+INCONCLUSIVE, which fails the gate unless the profile makes it a warning (the session first
+runs more repeats to decide it). When the repeat counts
 are too small for the test ever to reach ``alpha`` (e.g. 1 repeat, or 2 against 2 at 0.05),
 the tolerance alone decides and the message says that too. Absolute floors and ceilings are
 checked on the median whether or not a baseline exists.
@@ -19,7 +21,8 @@ from perfgate.verdict._direction import Direction, unit_of
 from perfgate.verdict._rules import MetricRule
 from perfgate.verdict._stats import mann_whitney_less, median, min_p_value
 
-Status = Literal["pass", "fail", "no-baseline", "not-measured"]
+Status = Literal["pass", "fail", "inconclusive", "no-baseline", "not-measured"]
+InconclusivePolicy = Literal["fail", "warn"]
 NoiseTest = Literal["mann-whitney", "tolerance-only", "none"]
 
 RECORD_HINT = "record one with `pytest perf_tests --perf-update-baselines`"
@@ -68,6 +71,11 @@ class WorkloadVerdict:
     def failures(self) -> tuple[MetricVerdict, ...]:
         return tuple(m for m in self.metrics if not m.ok)
 
+    @property
+    def inconclusive(self) -> tuple[MetricVerdict, ...]:
+        """Metrics past their limit that the repeats could not tell from noise."""
+        return tuple(m for m in self.metrics if m.status == "inconclusive")
+
 
 def judge(
     workload: str,
@@ -78,17 +86,22 @@ def judge(
     alpha: float = 0.05,
     require_baseline: bool = False,
     no_baseline_note: str = "",
+    inconclusive: InconclusivePolicy = "fail",
 ) -> WorkloadVerdict:
     """Judge one workload.
 
     ``current`` and ``baseline`` are the repeats (flat metric dicts); ``baseline`` is None when
     no baseline exists for this fingerprint. ``no_baseline_note`` is added to "no-baseline"
     messages, e.g. "a baseline exists for another fingerprint (gpu_count 8 -> 4); not used".
+    ``inconclusive`` decides whether an INCONCLUSIVE metric fails the gate ("fail") or not ("warn").
     """
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be between 0 and 1 (exclusive), got {alpha!r}")
+    if inconclusive not in ("fail", "warn"):
+        raise ValueError(f'inconclusive must be "fail" or "warn", got {inconclusive!r}')
     verdicts = tuple(
-        _judge_metric(workload, rule, current, baseline, alpha, require_baseline, no_baseline_note) for rule in rules
+        _judge_metric(workload, rule, current, baseline, alpha, require_baseline, no_baseline_note, inconclusive)
+        for rule in rules
     )
     return WorkloadVerdict(workload=workload, metrics=verdicts)
 
@@ -127,6 +140,7 @@ def _judge_metric(
     alpha: float,
     require_baseline: bool,
     no_baseline_note: str,
+    inconclusive: InconclusivePolicy,
 ) -> MetricVerdict:
     metric, unit = rule.metric, unit_of(rule.metric)
     higher = rule.direction == "higher"
@@ -188,6 +202,8 @@ def _judge_metric(
     status: Status
     if violated:
         status, ok = "fail", False
+    elif within_noise:
+        status, ok = "inconclusive", inconclusive == "warn"
     elif rule.tolerance is not None and base is None:
         status, ok = "no-baseline", not require_baseline
     else:
@@ -217,10 +233,16 @@ def _judge_metric(
         note = f"; {no_baseline_note}" if no_baseline_note and baseline is None else ""
         consequence = "failing because require_baseline is set" if require_baseline else "not gated against a baseline"
         message = f"{head}: {why}{note}; {consequence}; {RECORD_HINT}"
-    elif within_noise:
+    elif status == "inconclusive":
+        consequence = (
+            "a warning only ([gate] inconclusive = \"warn\")"
+            if ok
+            else "failing: rerun on a quieter host, with more repeats ([gate] max_repeats), or set [gate] inconclusive = \"warn\""
+        )
         message = (
-            f"{head} is past limit {fmt_value(bounds[0].value, unit)}{detail}, but within the recorded noise "
-            f"(p > alpha {alpha:g}); passing: rerun with more repeats to confirm"
+            f"{head} {'<' if higher else '>'} limit {fmt_value(bounds[0].value, unit)}{detail}: INCONCLUSIVE, "
+            f"the {len(vals)} vs {len(base_vals)} repeats cannot tell the change from noise (p > alpha {alpha:g}); "
+            f"{consequence}"
         )
     elif shown is not None:
         message = f"{head} within {shown.kind} {fmt_value(shown.value, unit)}{detail}"

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from perfgate.profile import GateSpec, Workload
 from perfgate.verdict._direction import Direction, direction_of
+from perfgate.verdict._names import check_metric_name
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ def rules_for(gate: GateSpec, workload: Workload) -> list[MetricRule]:
     rules = []
     for metric in sorted({*tolerance, *floors, *ceilings}):
         try:
+            check_metric_name(metric)
             direction = direction_of(metric)
         except ValueError as e:
             raise ValueError(f"{_where(metric, gate, workload)}: {e}") from None

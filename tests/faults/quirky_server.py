@@ -1,0 +1,137 @@
+"""A small SGLang-shaped HTTP/1.1 server with the quirks real engines have, for the fault tests.
+
+Standard library only, so it runs as ``python tests/faults/quirky_server.py --port P ...``
+under any interpreter. It serves ``/health``, ``/health_generate``, ``/v1/models``,
+``/version`` and a streaming ``POST /generate`` (SGLang's chunk shape: cumulative
+``meta_info.completion_tokens``, ``data: [DONE]``). The quirks:
+
+--drop-reused      answers one request per connection and says "Connection: keep-alive", then
+                   closes the connection without a word when a second request arrives on it
+                   (the keep-alive race some engines lose 5-22 % of requests to)
+--close-header     answers with "Connection: close" and closes after each response
+--hang-after N     stops sending (without closing) after N tokens of every stream
+--tokens-per-chunk K, --no-counts
+                   K tokens per chunk, with or without the server's token counts
+-t/--threads N     accepted and ignored: a short and a long spelling of one option
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="quirky SGLang-shaped test server")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("-t", "--threads", type=int, default=1, help="ignored")
+    p.add_argument("--drop-reused", action="store_true")
+    p.add_argument("--close-header", action="store_true")
+    p.add_argument("--hang-after", type=int, default=0)
+    p.add_argument("--tokens-per-chunk", type=int, default=1)
+    p.add_argument("--no-counts", action="store_true")
+    p.add_argument("--token-delay-s", type=float, default=0.0)
+    return p.parse_args()
+
+
+ARGS = parse_args()
+
+
+async def read_request(reader: asyncio.StreamReader) -> tuple[str, str, bytes] | None:
+    line = await reader.readline()
+    if not line:
+        return None
+    method, path, _ = line.decode().split(" ", 2)
+    length = 0
+    while True:
+        header = await reader.readline()
+        if header in (b"\r\n", b"\n", b""):
+            break
+        name, _, value = header.decode().partition(":")
+        if name.strip().lower() == "content-length":
+            length = int(value.strip())
+    body = await reader.readexactly(length) if length else b""
+    return method, path, body
+
+
+def head(status: str, content_type: str, extra: str = "") -> bytes:
+    connection = "close" if ARGS.close_header else "keep-alive"
+    return (
+        f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nConnection: {connection}\r\n"
+        f"Keep-Alive: timeout=60\r\n{extra}"
+    ).encode()
+
+
+async def send_json(writer: asyncio.StreamWriter, status: str, obj: object) -> None:
+    body = json.dumps(obj).encode()
+    writer.write(head(status, "application/json", f"Content-Length: {len(body)}\r\n\r\n") + body)
+    await writer.drain()
+
+
+async def send_chunk(writer: asyncio.StreamWriter, data: bytes) -> None:
+    writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+    await writer.drain()
+
+
+async def generate(writer: asyncio.StreamWriter, body: bytes) -> None:
+    params = json.loads(body or b"{}").get("sampling_params", {})
+    total = int(params.get("max_new_tokens", 16))
+    writer.write(head("200 OK", "text/event-stream", "Transfer-Encoding: chunked\r\n\r\n"))
+    sent = 0
+    while sent < total:
+        if ARGS.hang_after and sent >= ARGS.hang_after:
+            await asyncio.sleep(3600)
+        sent = min(total, sent + ARGS.tokens_per_chunk)
+        meta: dict[str, object] = {"id": "q", "finish_reason": {"type": "length"} if sent == total else None}
+        if not ARGS.no_counts:
+            meta["completion_tokens"] = sent
+        event = {"text": "x" * sent, "meta_info": meta}
+        await send_chunk(writer, b"data: " + json.dumps(event).encode() + b"\n\n")
+        if ARGS.token_delay_s:
+            await asyncio.sleep(ARGS.token_delay_s)
+    await send_chunk(writer, b"data: [DONE]\n\n")
+    await send_chunk(writer, b"")
+
+
+async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    served = 0
+    try:
+        while True:
+            request = await read_request(reader)
+            if request is None:
+                break
+            if ARGS.drop_reused and served:
+                # Close without answering: the client had every reason to reuse this connection.
+                writer.transport.abort()
+                return
+            method, path, body = request
+            if path in ("/health", "/health_generate"):
+                await send_json(writer, "200 OK", {})
+            elif path == "/v1/models":
+                await send_json(writer, "200 OK", {"object": "list", "data": [{"id": "quirky"}]})
+            elif path == "/version":
+                await send_json(writer, "200 OK", {"version": "9.9.9-quirky"})
+            elif path == "/generate" and method == "POST":
+                await generate(writer, body)
+            else:
+                await send_json(writer, "404 Not Found", {"detail": "Not Found"})
+            served += 1
+            if ARGS.close_header:
+                break
+    except (ConnectionError, asyncio.IncompleteReadError):
+        pass
+    finally:
+        writer.close()
+
+
+async def main() -> None:
+    server = await asyncio.start_server(handle, ARGS.host, ARGS.port)
+    print(f"quirky server listening on {ARGS.host}:{ARGS.port}", flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
