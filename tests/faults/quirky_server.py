@@ -27,6 +27,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("-t", "--threads", type=int, default=1, help="ignored")
+    p.add_argument("--model", default="quirky", help="ignored (names the process for the tests)")
     p.add_argument("--drop-reused", action="store_true")
     p.add_argument("--close-header", action="store_true")
     p.add_argument("--hang-after", type=int, default=0)

@@ -50,6 +50,21 @@ class Backend:
         return body
 
 
+def _object(value: Any, what: str) -> dict[str, Any]:
+    """``value`` when it is a JSON object (a missing or null one reads as empty), else ValueError:
+    the client reports a chunk of the wrong shape like one that is not JSON at all."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError(f"{what} is a {type(value).__name__}, expected an object")
+    return value
+
+
+def _count(value: Any) -> int | None:
+    """A token count the server sent, or None when it sent none (a bool is not a count)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _error_text(obj: Any) -> str:
     if isinstance(obj, dict):
         msg = obj.get("message") or obj.get("detail") or json.dumps(obj)[:200]
@@ -119,16 +134,14 @@ class SGLangBackend(Backend):
     @staticmethod
     def feed_parsed(obj: Any, state: StreamState) -> int:
         """:meth:`feed` for a chunk already parsed from JSON (any chunk, including the last and errors)."""
-        if not isinstance(obj, dict):
-            # ValueError like a JSON syntax error: the client reports both as an unparseable chunk.
-            raise ValueError(f"expected a JSON object, got {type(obj).__name__}")  # noqa: TRY004
+        obj = _object(obj, "the chunk")
         if "error" in obj:
             state.error = "error chunk from server: " + _error_text(obj["error"])
             return 0
-        meta = obj.get("meta_info") or {}
+        meta = _object(obj.get("meta_info"), "meta_info")
         new = 0
-        ct = meta.get("completion_tokens")
-        if isinstance(ct, int):
+        ct = _count(meta.get("completion_tokens"))
+        if ct is not None:
             new = ct - (state.server_tokens or 0)
             state.server_tokens = ct
         elif obj.get("text"):
@@ -143,22 +156,21 @@ class SGLangBackend(Backend):
 
 class _OpenAIBackend(Backend):
     def feed(self, payload: bytes, state: StreamState) -> int:
-        obj = json.loads(payload)
-        if not isinstance(obj, dict):
-            # ValueError like a JSON syntax error: the client reports both as an unparseable chunk.
-            raise ValueError(f"expected a JSON object, got {type(obj).__name__}")  # noqa: TRY004
+        obj = _object(json.loads(payload), "the chunk")
         if "error" in obj:
             state.error = "error chunk from server: " + _error_text(obj["error"])
             return 0
-        usage = obj.get("usage")
-        if usage and isinstance(usage.get("completion_tokens"), int):
-            state.server_tokens = usage["completion_tokens"]
-        if usage and isinstance(usage.get("prompt_tokens"), int):
-            state.server_prompt_tokens = usage["prompt_tokens"]
+        usage = _object(obj.get("usage"), "usage")
+        if (ct := _count(usage.get("completion_tokens"))) is not None:
+            state.server_tokens = ct
+        if (pt := _count(usage.get("prompt_tokens"))) is not None:
+            state.server_prompt_tokens = pt
         # Usage-only chunks (vLLM, SGLang) arrive with choices == []: never index blindly.
-        choices = obj.get("choices") or ()
+        choices = obj.get("choices") or []
+        if not isinstance(choices, list):
+            raise ValueError(f"choices is a {type(choices).__name__}, expected a list")
         new = 0
-        for choice in choices:
+        for choice in map(lambda c: _object(c, "a choice"), choices):
             if self._content(choice):
                 new += 1
             if choice.get("finish_reason"):
@@ -212,7 +224,7 @@ class OpenAIChatBackend(_OpenAIBackend):
 
     @staticmethod
     def _content(choice: Mapping[str, Any]) -> str:
-        delta = choice.get("delta") or {}
+        delta = _object(choice.get("delta"), "delta")
         return delta.get("content") or delta.get("reasoning_content") or ""
 
 

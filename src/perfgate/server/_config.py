@@ -58,10 +58,17 @@ def short_aliases(help_text: str) -> dict[str, str]:
     return aliases
 
 
+def _is_python(token: str) -> bool:
+    return token == "{python}" or os.path.basename(token).startswith("python")
+
+
 def _split_program(command: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(the program: interpreter plus ``-m module`` or ``-c``, the rest of the command line)."""
-    if len(command) >= 3 and command[1] in ("-m", "-c"):
+    """(the program, the rest of the command line). For a Python interpreter the program includes
+    ``-m module``, ``-c code`` or the script it runs."""
+    if len(command) >= 3 and _is_python(command[0]) and command[1] in ("-m", "-c"):
         return list(command[:3]), list(command[3:])
+    if len(command) >= 2 and _is_python(command[0]) and not command[1].startswith("-"):
+        return list(command[:2]), list(command[2:])
     return list(command[:1]), list(command[1:])
 
 
@@ -69,8 +76,12 @@ def _engine(program: Sequence[str]) -> str:
     name = os.path.basename(program[0]).replace("{python}", "python") if program else "?"
     if len(program) == 3 and program[1] == "-m":
         return f"command:{name} -m {program[2]}"
-    # The code of ``python -c`` is a launcher, not the server: only the fact is kept.
-    return f"command:{name} -c" if len(program) == 3 else f"command:{name}"
+    if len(program) == 3:
+        # The code of ``python -c`` is a launcher, not the server: only the fact is kept.
+        return f"command:{name} -c"
+    if len(program) == 2:
+        return f"command:{name} {os.path.basename(program[1])}"
+    return f"command:{name}"
 
 
 def _help_text(program: Sequence[str], spec: ServerSpec) -> tuple[str, str]:

@@ -71,7 +71,7 @@ class _Watch:
             self.not_found += 1
             if self.not_found >= _NOT_FOUND_PROBES and self.elapsed_s() - self.first_not_found_s >= _NOT_FOUND_SPAN_S:
                 raise ServerError(
-                    f"{self.url} answered HTTP {status} {_reason(status)} {self.not_found} times: the server has no "
+                    f"{self.url} answered HTTP {status} {_reason(status)} on every probe: the server has no "
                     f"such path; set [server] ready_path to its readiness endpoint{_alternatives(client, self.url, self.headers)}"
                     + self.log()
                 )
