@@ -53,8 +53,6 @@ input_len = 32
 # Loose enough that a rerun on a noisy 2-core machine never trips.
 LOOSE = "{ output_throughput = 0.25, total_throughput = 0.25, mean_tpot_ms = 0.25, p99_tpot_ms = 0.5 }"
 
-pytest_plugins = ["pytester"]
-
 
 @dataclass
 class Outcome:

@@ -21,6 +21,8 @@ import pytest
 from tests.faults.conftest import Gate, quirky_command
 from tests.support import processes_with
 
+pytest_plugins = ["pytester"]
+
 FAILED, INTERRUPTED, USAGE = int(pytest.ExitCode.TESTS_FAILED), int(pytest.ExitCode.INTERRUPTED), int(pytest.ExitCode.USAGE_ERROR)
 WORKLOAD = "c16-in32-out16"
 

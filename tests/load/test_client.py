@@ -6,6 +6,7 @@ import time
 from contextlib import ExitStack
 from dataclasses import replace
 
+import httpx
 import pytest
 
 from perfgate.errors import LoadError
@@ -49,6 +50,34 @@ def test_every_backend_gets_exact_server_counted_tokens(sim, backend):
     assert m.values["total_output_tokens"] == w.num_prompts * w.output_len
     # Chunks that reach a starved client in one read share a timestamp: TPOT may measure 0 here.
     assert m.values["mean_tpot_ms"] >= 0 and m.values["mean_ttft_ms"] > 0
+
+
+@pytest.fixture(scope="module")
+def sim4(tmp_path_factory):
+    """SGLang's --stream-interval 4: most chunks carry four tokens."""
+    with ExitStack() as stack:
+        # Slower steps than the other fixtures': the steady window needs several 0.1 s bins.
+        yield start_server(sim_spec(stream_interval=4, time_scale=0.05), log_dir=tmp_path_factory.mktemp("sim4"), stack=stack)
+
+
+@pytest.mark.parametrize("continuous_usage", [True, False], ids=["usage-per-chunk", "usage-at-end"])
+@pytest.mark.parametrize("backend", ["sglang", "openai-completions", "openai-chat"])
+def test_multi_token_chunks_count_every_token_on_every_backend(sim4, backend, continuous_usage):
+    extra = {} if continuous_usage or backend == "sglang" else {"stream_options": {"include_usage": True}}
+    w = replace(W, backend=backend, num_prompts=64, concurrency=16, output_len=48, warmup_requests=0, extra_body=extra)
+    since = time.monotonic()
+    run = run_workload(sim4.base_url, w, model=sim4.model)
+    assert all(r.ok for r in run.records), [r.error for r in run.records if r.error][:3]
+    # Most chunks carry several tokens, and every token is counted in the chunk it came in.
+    assert max(len(r.chunk_tokens) for r in run.records) < w.output_len / 2
+    assert all(sum(r.chunk_tokens) == r.output_tokens == w.output_len for r in run.records)
+    truth = httpx.get(f"{sim4.base_url}/sim/truth", params={"since": since}).json()["aggregates"]
+    m = compute_metrics(run, target_concurrency=w.concurrency)
+    assert m.values["total_output_tokens"] == truth["output_tokens"] == w.num_prompts * w.output_len
+    # The steady window counts tokens from the chunks: it agrees with the whole run's throughput
+    # (it read 4x low when each chunk counted as one token).
+    assert m.steady is not None
+    assert 0.6 < m.values["steady_output_throughput"] / m.values["output_throughput"] < 1.6
 
 
 def test_broken_streams_are_failed_requests_with_reasons(faulty):

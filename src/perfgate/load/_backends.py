@@ -24,6 +24,8 @@ class StreamState:
     # Prompt tokens as the server counted them (OpenAI usage); chat prompts are text, so only
     # the server knows their length in tokens.
     server_prompt_tokens: int | None = None
+    # Content chunks that came without a token count and were counted as one token each.
+    guessed_chunks: int = 0
     finish_reason: str | None = None
     done: bool = False
     error: str = ""
@@ -154,27 +156,43 @@ class SGLangBackend(Backend):
         return max(new, 0)
 
 
+# Usage on every chunk (SGLang 0.5.x and vLLM honour it; servers that do not just send the
+# final usage): a chunk carrying several tokens then counts all of them.
+_STREAM_OPTIONS = {"include_usage": True, "continuous_usage_stats": True}
+
+
 class _OpenAIBackend(Backend):
+    """OpenAI streams: token counts from ``usage``, cumulative on every chunk where the server
+    sends it so (``continuous_usage_stats``). A content chunk without a count is counted as one
+    token and marked a guess; the client spreads the server's final count over such chunks."""
+
     def feed(self, payload: bytes, state: StreamState) -> int:
         obj = _object(json.loads(payload), "the chunk")
         if "error" in obj:
             state.error = "error chunk from server: " + _error_text(obj["error"])
             return 0
         usage = _object(obj.get("usage"), "usage")
-        if (ct := _count(usage.get("completion_tokens"))) is not None:
-            state.server_tokens = ct
+        count = _count(usage.get("completion_tokens"))
+        if count is not None:
+            state.server_tokens = count
         if (pt := _count(usage.get("prompt_tokens"))) is not None:
             state.server_prompt_tokens = pt
         # Usage-only chunks (vLLM, SGLang) arrive with choices == []: never index blindly.
         choices = obj.get("choices") or []
         if not isinstance(choices, list):
             raise ValueError(f"choices is a {type(choices).__name__}, expected a list")
-        new = 0
+        content = False
         for choice in map(lambda c: _object(c, "a choice"), choices):
-            if self._content(choice):
-                new += 1
+            content |= bool(self._content(choice))
             if choice.get("finish_reason"):
                 state.finish_reason = choice["finish_reason"]
+        if not content:
+            return 0
+        if count is None:
+            state.guessed_chunks += 1
+            new = 1
+        else:
+            new = max(count - state.tokens, 0)
         state.tokens += new
         return new
 
@@ -196,7 +214,7 @@ class OpenAICompletionsBackend(_OpenAIBackend):
                 "temperature": 0.0,
                 "ignore_eos": self.ignore_eos,
                 "stream": True,
-                "stream_options": {"include_usage": True},
+                "stream_options": dict(_STREAM_OPTIONS),
             }
         )
 
@@ -216,7 +234,7 @@ class OpenAIChatBackend(_OpenAIBackend):
             "max_tokens": max_tokens,
             "temperature": 0.0,
             "stream": True,
-            "stream_options": {"include_usage": True},
+            "stream_options": dict(_STREAM_OPTIONS),
         }
         if self.ignore_eos:
             body["ignore_eos"] = True

@@ -193,6 +193,9 @@ class Runner:
             # A failed request leaves the in-flight count when it fails, not at the end of the run.
             rec.latency_s = time.monotonic() - rec.start_s
         self.chunks += len(rec.chunk_offsets_s)
+        counted_by_guess = state.guessed_chunks == len(rec.chunk_tokens)
+        if counted_by_guess and state.server_tokens is not None and state.tokens != state.server_tokens:
+            rec.spread_tokens(state.server_tokens)
         rec.output_tokens = state.server_tokens
         if state.server_prompt_tokens is not None:
             rec.input_tokens = state.server_prompt_tokens

@@ -37,6 +37,20 @@ class RequestRecord:
         self.chunk_offsets_s.append(offset_s)
         self.chunk_tokens.append(min(tokens, 65535))
 
+    def spread_tokens(self, total: int) -> None:
+        """Give the chunks ``total`` tokens in all, evenly (the remainder to the last chunks).
+
+        For streams whose chunks carried no counts of their own but whose server reported the
+        total at the end: one chunk can carry several tokens, so counting one per chunk would
+        undercount every token-based figure of the window (throughput, TPOT, tokens per joule).
+        """
+        n = len(self.chunk_tokens)
+        if not n:
+            return
+        base, extra = divmod(total, n)
+        for i in range(n):
+            self.chunk_tokens[i] = min(base + (1 if i >= n - extra else 0), 65535)
+
     @property
     def ok(self) -> bool:
         return not self.error and self.latency_s is not None

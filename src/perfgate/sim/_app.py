@@ -279,9 +279,12 @@ def _parse_chat(body: dict[str, Any], vocab: int) -> tuple[int, int, bool]:
     return words, max_tokens or 128, _bool_field(body, "stream")
 
 
-def _include_usage(body: dict[str, Any]) -> bool:
+def _usage_options(body: dict[str, Any]) -> tuple[bool, bool]:
+    """(include_usage, continuous_usage_stats) as SGLang reads stream_options."""
     options = body.get("stream_options")
-    return isinstance(options, dict) and options.get("include_usage") is True
+    if not isinstance(options, dict):
+        return False, False
+    return options.get("include_usage") is True, options.get("continuous_usage_stats") is True
 
 
 async def _generation(request: web.Request, kind: type[Req]) -> web.StreamResponse:
@@ -311,7 +314,7 @@ async def _generation(request: web.Request, kind: type[Req]) -> web.StreamRespon
     model = requested_model if isinstance(requested_model, str) else opts.served_model_name
     req = kind(srv, seq, stream, prompt_tokens, out_len, model)
     req.arrival = arrival
-    req.include_usage = _include_usage(body)
+    req.include_usage, req.continuous_usage = _usage_options(body)
     if faults.short and out_len > 1:
         req.short = True
         req.out_len = out_len // 2

@@ -89,7 +89,7 @@ class Req:
     __slots__ = (
         "srv", "rid", "seq", "eid", "stream", "prompt_tokens", "out_len", "model", "arrival",
         "first_t", "last_t", "n", "sent", "fault", "fault_at", "short", "transport",
-        "chunked", "done", "body", "created", "include_usage", "_mid",
+        "chunked", "done", "body", "created", "include_usage", "continuous_usage", "_mid",
     )
 
     def __init__(self, srv: SimServer, seq: int, stream: bool, prompt_tokens: int, out_len: int,
@@ -116,6 +116,8 @@ class Req:
         self.body: object = None
         self.created = int(time.time())
         self.include_usage = False
+        # stream_options.continuous_usage_stats: cumulative usage on every content chunk (SGLang, vLLM).
+        self.continuous_usage = False
         self._mid = b""
 
     # -- called by the engine task once per token -----------------------------------
@@ -232,8 +234,15 @@ class CompletionReq(Req):
     def chunk(self, n: int) -> bytes:
         return b"".join((
             self._mid, WORD * (n - self.sent),
-            b'","logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null}\n\n',
+            b'","logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":', self.running_usage(n), b"}\n\n",
         ))
+
+    def running_usage(self, n: int) -> bytes:
+        if not self.continuous_usage:
+            return b"null"
+        return b'{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d,"reasoning_tokens":0}' % (
+            self.prompt_tokens, self.prompt_tokens + n, n,
+        )
 
     def usage(self) -> dict[str, object]:
         return {"prompt_tokens": self.prompt_tokens, "total_tokens": self.prompt_tokens + self.n,
@@ -250,7 +259,7 @@ class CompletionReq(Req):
             "id": self.rid, "object": "text_completion", "created": self.created, "model": self.model,
             "choices": [{"index": 0, "text": (WORD * (self.n - self.sent)).decode(), "logprobs": None,
                          "finish_reason": self._finish_type(), "matched_stop": self._matched()}],
-            "usage": None,
+            "usage": self.usage() if self.continuous_usage else None,
         }
         out = b"data: " + jbytes(last) + b"\n\n"
         if self.include_usage:
@@ -280,14 +289,15 @@ class ChatReq(CompletionReq):
             % self.created + b',"model":' + jbytes(self.model) + b',"choices":[{"index":0,"delta":'
         )
 
-    _TAIL = b',"logprobs":null,"finish_reason":null,"matched_stop":null}]}\n\n'
+    _TAIL = b',"logprobs":null,"finish_reason":null,"matched_stop":null}]'
 
     def chunk(self, n: int) -> bytes:
+        tail = self._TAIL + (b',"usage":' + self.running_usage(n) if self.continuous_usage else b"") + b"}\n\n"
         content = b"".join((
-            self._mid, b'{"reasoning_content":null,"content":"', WORD * (n - self.sent), b'"}', self._TAIL,
+            self._mid, b'{"reasoning_content":null,"content":"', WORD * (n - self.sent), b'"}', tail,
         ))
         if self.sent == 0:
-            return self._mid + b'{"reasoning_content":null,"role":"assistant","content":""}' + self._TAIL + content
+            return self._mid + b'{"reasoning_content":null,"role":"assistant","content":""}' + tail + content
         return content
 
     def final_chunks(self, now: float) -> bytes:
