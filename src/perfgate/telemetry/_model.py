@@ -194,12 +194,6 @@ class TelemetryWindow:
         return self.end_s - self.start_s
 
     @property
-    def total_power_w(self) -> float | None:
-        """Sum of the GPUs' mean power (W); ``None`` when no GPU has a measurement."""
-        powers = _values(self.gpus, "mean_power_w")
-        return sum(powers) if powers else None
-
-    @property
     def imbalance(self) -> float | None:
         """(max - min) / mean of per-GPU mean power; 0 for one GPU or equal GPUs."""
         powers = _values(self.gpus, "mean_power_w")
@@ -265,26 +259,6 @@ TELEMETRY_METRICS = frozenset(
     }
 )
 """Every gateable name telemetry can produce."""
-
-
-@dataclass(frozen=True)
-class PowerFinding:
-    """One power gate applied to one GPU (or the whole window for imbalance)."""
-
-    check: str
-    gpu: str
-    window: str
-    measured: float | None
-    allowed: float
-    unit: str
-    passed: bool
-
-    @property
-    def message(self) -> str:
-        verdict = "ok" if self.passed else "FAIL"
-        measured = "not measured" if self.measured is None else f"{self.measured:.3g}{self.unit}"
-        bound = "<=" if self.check == "max_imbalance" else ">="
-        return f"{verdict}: {self.gpu} {self.check} over {self.window}: {measured} (allowed {bound} {self.allowed:.3g}{self.unit})"
 
 
 @dataclass(frozen=True)
