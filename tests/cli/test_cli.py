@@ -30,14 +30,23 @@ def test_list_show_diff(tmp_path, capsys):
     old = store.save(_baseline(1000.0), rules=rules)
     new = store.save(_baseline(1100.0, gpus=4), rules=rules)
     assert main(["baselines", "list", "--dir", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
-    assert "p/c8-in16-out8" in out and "3 repeats" in out and out.count("\n") == 2
+    listed = sorted(line.split("  ") for line in capsys.readouterr().out.splitlines())
+    assert listed == [
+        [str(new), "p/c8-in16-out8", "4xh200-700W", "3 repeats", "2026-11-29"],
+        [str(old), "p/c8-in16-out8", "8xh200-700W", "3 repeats", "2026-11-29"],
+    ]
     assert main(["baselines", "show", str(old)]) == 0
-    out = capsys.readouterr().out
-    assert "fingerprint.gpu_count: 8" in out and "output_throughput: 1,001.0 tok/s" in out
+    shown = capsys.readouterr().out.splitlines()
+    assert shown[0] == f"{old}: p/c8-in16-out8"
+    assert "  fingerprint.gpu_count: 8" in shown and "  provenance.date: 2026-11-29" in shown
+    # The median of the three repeats 1000, 1001, 1002.
+    assert shown[-1] == "  output_throughput: 1,001.0 tok/s"
     assert main(["baselines", "diff", str(old), str(new)]) == 0
-    out = capsys.readouterr().out
-    assert "gpu_count" in out and "output_throughput" in out
+    assert capsys.readouterr().out.splitlines() == [
+        "fingerprint gpu_count: 8 -> 4",
+        "fingerprint server_args: ['--tp-size=8'] -> ['--tp-size=4']",
+        "output_throughput 1,001.0 -> 1,101.0 tok/s (+10.0%)",
+    ]
 
 
 def test_errors_exit_2_with_one_line(tmp_path, capsys):
