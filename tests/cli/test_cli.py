@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import sys
+
 from perfgate.baseline import Baseline, BaselineStore, fingerprint_for
 from perfgate.cli import main
 from perfgate.profile import Workload
 from perfgate.verdict import MetricRule
+from tests.fake_nvml import make, uuids
 
 W = Workload(name="c8-in16-out8", num_prompts=8, concurrency=8, input_len=16, output_len=8)
 
@@ -61,6 +65,21 @@ def test_errors_exit_2_with_one_line(tmp_path, capsys):
     assert "not a perfgate results JSON file" in capsys.readouterr().err
 
 
-def test_doctor_runs_without_gpu(capsys):
+def test_doctor_json_through_the_cli(capsys, monkeypatch):
+    _, nvml = make(2)
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
     assert main(["doctor", "--json"]) == 0
-    assert capsys.readouterr().out.strip().startswith("{")
+    report = json.loads(capsys.readouterr().out)
+    assert set(report) == {"python", "versions", "nvml", "autotune"}
+    assert report["python"] == sys.executable
+    # This test interpreter has neither SGLang nor FlashInfer.
+    assert set(report["versions"]) == {"sglang", "flashinfer", "torch", "cuda", "error"}
+    assert report["versions"]["sglang"] is None and report["versions"]["flashinfer"] is None
+    assert report["nvml"]["available"] is True and report["nvml"]["driver"] == "580.159.04"
+    assert report["nvml"]["gpus"] == [
+        {"index": i, "name": "Fake H200", "uuid": uuids(2)[i], "compute_capability": "9.0", "power_limit_w": 700.0}
+        for i in range(2)
+    ]
+    assert report["nvml"]["p2p_read"] == [["X", "OK"], ["OK", "X"]]
+    assert report["autotune"]["status"] == "sglang not installed"
+    assert report["autotune"]["explanation"] == f"sglang is not importable by {sys.executable}"

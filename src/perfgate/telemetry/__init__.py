@@ -6,6 +6,7 @@ source) or :class:`NotMeasured` with the reason. Start it, run the load, then su
 Zeus-style named windows (``begin_window`` / ``end_window``).
 """
 
+from perfgate.gpu import NvmlUnavailable
 from perfgate.telemetry._dcgm import DcgmReading, DcgmSource, parse_dcgm_text
 from perfgate.telemetry._model import (
     GpuIdentity,
@@ -17,7 +18,7 @@ from perfgate.telemetry._model import (
     TelemetryWindow,
 )
 from perfgate.telemetry._monitor import Monitor, open_monitor
-from perfgate.telemetry._nvml import NvmlSource, NvmlUnavailable
+from perfgate.telemetry._nvml import NvmlSource
 
 __all__ = [
     "DcgmReading",
