@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from perfgate._stats import mean
+
 PowerMethod = Literal["energy_counter", "energy_counter+integrated", "integrated_instant", "integrated_average"]
 
 
@@ -199,8 +201,8 @@ class TelemetryWindow:
         powers = _values(self.gpus, "mean_power_w")
         if not powers:
             return None
-        mean = sum(powers) / len(powers)
-        return (max(powers) - min(powers)) / mean if mean > 0 else 0.0
+        avg = mean(powers)
+        return (max(powers) - min(powers)) / avg if avg > 0 else 0.0
 
     def metrics(self) -> dict[str, float]:
         """Flat values for the verdict engine (names in TELEMETRY_METRICS); a key is absent where
@@ -209,7 +211,7 @@ class TelemetryWindow:
         powers = _values(self.gpus, "mean_power_w")
         if powers:
             out["gpu_power_min_w"] = min(powers)
-            out["gpu_power_mean_w"] = sum(powers) / len(powers)
+            out["gpu_power_mean_w"] = mean(powers)
             out["gpu_power_total_w"] = sum(powers)
             out["gpu_imbalance"] = self.imbalance or 0.0
         reducers = {
@@ -217,8 +219,8 @@ class TelemetryWindow:
             "energy_j": ("energy_j", sum),
             "tensor_util_min_pct": ("tensor_util_pct", min),
             "sm_util_min_pct": ("sm_util_pct", min),
-            "dram_util_mean_pct": ("dram_bw_util_pct", _mean),
-            "util_gpu_mean_pct": ("util_gpu_pct", _mean),
+            "dram_util_mean_pct": ("dram_bw_util_pct", mean),
+            "util_gpu_mean_pct": ("util_gpu_pct", mean),
         }
         for key, (attr, reduce) in reducers.items():
             values = _values(self.gpus, attr)
@@ -236,10 +238,6 @@ class TelemetryWindow:
         if not measured:
             raise ValueError(f"no GPU measured {metric} in this window")
         return min(measured, key=lambda g: getattr(g, attr))
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values)
 
 
 TELEMETRY_METRICS = frozenset(
