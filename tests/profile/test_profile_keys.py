@@ -15,11 +15,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from perfgate.errors import ProfileError
+from perfgate.load._dataset import DEFAULT_TOKEN_ID_RANGE
 from perfgate.profile import GateSpec, Profile, ServerSpec, TelemetrySpec, Workload, parse_profile
-from perfgate.profile._keys import checks, key_docs
+from perfgate.profile.__main__ import main as profile_main
+from perfgate.profile._keys import checks, key_docs, toml_value
+from perfgate.profile._reference import reference_in, reference_markdown
 from perfgate.sim._options import sim_options
 
 REPO = Path(__file__).resolve().parents[2]
+README = REPO / "README.md"
+REGENERATE = "python -m perfgate.profile --reference --update README.md"
 
 SIM = """
 [server]
@@ -46,7 +51,13 @@ def sim_error(line: str) -> str:
     return str(err.value)
 
 
-# -- declarations ----------------------------------------------------------------------------
+# -- the reference -------------------------------------------------------------------------
+
+
+def test_readme_reference_is_the_generated_one():
+    assert reference_in(README) == reference_markdown(), (
+        f"README.md's profile key reference differs from the key declarations; regenerate it with: {REGENERATE}"
+    )
 
 
 @pytest.mark.parametrize("spec", [ServerSpec, TelemetrySpec, GateSpec, Workload])
@@ -54,6 +65,23 @@ def test_every_field_is_a_declared_key_with_a_doc(spec):
     docs = key_docs(spec)
     assert [d.name for d in docs] == [f.name for f in dataclasses.fields(spec)]
     assert all(d.doc and d.type and d.default for d in docs)
+
+
+def test_shown_defaults_match_what_the_code_uses():
+    token_ids = next(d for d in key_docs(Workload) if d.name == "token_id_range")
+    assert token_ids.default == f"`{toml_value(list(DEFAULT_TOKEN_ID_RANGE))}`"
+
+
+def test_reference_command_prints_and_updates(tmp_path, capsys):
+    assert profile_main(["--reference"]) == 0
+    assert capsys.readouterr().out == reference_markdown()
+    stale = tmp_path / "README.md"
+    stale.write_text(README.read_text().replace("| `kind` | string |", "| `kind` | str |"))
+    assert profile_main(["--reference", "--update", str(stale)]) == 0
+    assert "updated" in capsys.readouterr().out
+    assert stale.read_text() == README.read_text()
+    assert profile_main(["--reference", "--update", str(tmp_path / "missing.md")]) == 2
+    assert "missing.md" in capsys.readouterr().err
 
 
 # -- the loader derives its checks from the declarations --------------------------------------
