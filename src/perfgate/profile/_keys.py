@@ -162,43 +162,36 @@ def number(min_value: float | None = None, *, strict_min: bool = False, allow_in
     return Check('number or "inf"' if allow_inf else "number", bound, convert)
 
 
-def _ratio(v: Any) -> float:
-    f = number(0.0).convert(v)
-    if f > 1.0:
-        raise Bad("a number between 0 and 1")
-    return f
+def _at_most(base: Check, limit: float, *, inclusive: bool, expected: str, allowed: str) -> Check:
+    """``base``, and at most ``limit`` (below it unless ``inclusive``); ``expected`` for values above."""
+
+    def convert(v: Any) -> Any:
+        x = base.convert(v)
+        if x > limit or (not inclusive and x == limit):
+            raise Bad(expected)
+        return x
+
+    return Check(base.type, allowed, convert)
 
 
-ratio = Check("number", "0 - 1", _ratio)
+ratio = _at_most(number(0.0), 1.0, inclusive=True, expected="a number between 0 and 1", allowed="0 - 1")
+open_ratio = _at_most(number(0.0, strict_min=True), 1.0, inclusive=False,
+                      expected="a number between 0 and 1 (exclusive)", allowed="> 0 and < 1")
+port_number = _at_most(integer(0), 65535, inclusive=True, expected="a port number 0-65535 (0 picks a free port)",
+                       allowed="0 - 65535 (0 picks a free port)")
 
 
-def _open_ratio(v: Any) -> float:
-    f = number(0.0, strict_min=True).convert(v)
-    if f >= 1.0:
-        raise Bad("a number between 0 and 1 (exclusive)")
-    return f
+def _instance_of(kind: type, expected: str) -> Callable[[Any], Any]:
+    def convert(v: Any) -> Any:
+        if not isinstance(v, kind):
+            raise Bad(expected)
+        return v
+
+    return convert
 
 
-open_ratio = Check("number", "> 0 and < 1", _open_ratio)
-
-
-def _port(v: Any) -> int:
-    p = integer(0).convert(v)
-    if p > 65535:
-        raise Bad("a port number 0-65535 (0 picks a free port)")
-    return p
-
-
-port_number = Check("integer", "0 - 65535 (0 picks a free port)", _port)
-
-
-def _string(v: Any) -> str:
-    if not isinstance(v, str):
-        raise Bad("a string")
-    return v
-
-
-string = Check("string", "", _string)
+string = Check("string", "", _instance_of(str, "a string"))
+boolean = Check("boolean", "", _instance_of(bool, "true or false"))
 
 
 def _nonempty_string(v: Any) -> str:
@@ -211,8 +204,7 @@ nonempty_string = Check("string", "non-empty", _nonempty_string)
 
 
 def _url(v: Any) -> str:
-    if not isinstance(v, str):
-        raise Bad("a string")
+    string.convert(v)
     if v and not v.startswith(("http://", "https://")):
         raise Bad("an http:// or https:// URL")
     return v
@@ -229,15 +221,6 @@ def _url_path(v: Any) -> str:
 
 
 url_path = Check("string", 'a path starting with "/"', _url_path)
-
-
-def _boolean(v: Any) -> bool:
-    if not isinstance(v, bool):
-        raise Bad("true or false")
-    return v
-
-
-boolean = Check("boolean", "", _boolean)
 
 
 def choice(*options: str) -> Check:
