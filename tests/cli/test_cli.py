@@ -55,14 +55,17 @@ def test_list_show_diff(tmp_path, capsys):
 
 def test_errors_exit_2_with_one_line(tmp_path, capsys):
     assert main(["baselines", "show", str(tmp_path / "nope.json")]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("perfgate: baseline ") and "perfgate baselines list" in err
+    assert capsys.readouterr().err == (
+        f"perfgate: baseline {tmp_path / 'nope.json'}: file not found; `perfgate baselines list` shows the stored ones\n"
+    )
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     assert main(["baselines", "show", str(bad)]) == 2
-    assert str(bad) in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith(f"perfgate: baseline {bad}: not valid JSON (") and err.count("\n") == 1
     assert main(["compare", str(bad), str(bad)]) == 2
-    assert "not a perfgate results JSON file" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith(f"perfgate: results {bad}: not a perfgate results JSON file (") and err.count("\n") == 1
 
 
 def test_doctor_json_through_the_cli(capsys, monkeypatch):
