@@ -1,15 +1,23 @@
-"""Statistics shared by more than one stage (kept outside them: metrics imports load)."""
+"""Descriptive statistics, the one home every stage imports them from (pure Python).
+
+It sits beside ``errors.py``, outside the stages, because load/, metrics/, telemetry/, verdict/
+and report/ all need the same definitions and metrics imports load (a home in one stage would
+make another import sideways or upward). Percentiles are numpy's default (linear) definition,
+as ``sglang.bench_serving`` computes them. The Mann-Whitney test is the verdict's own
+(``verdict/_mannwhitney.py``).
+"""
 
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def percentile(sorted_values: Sequence[float], q_pct: float) -> float:
     """numpy.percentile(values, q_pct) with linear interpolation; ``sorted_values`` must be sorted.
 
-    NaN for no values.
+    Clamped to the two order statistics it interpolates between, so float rounding can never put
+    a percentile outside [min, max] or out of order. NaN for no values.
     """
     n = len(sorted_values)
     if n == 0:
@@ -17,4 +25,41 @@ def percentile(sorted_values: Sequence[float], q_pct: float) -> float:
     pos = (n - 1) * q_pct / 100.0
     lo = math.floor(pos)
     hi = min(lo + 1, n - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+    a, b = sorted_values[lo], sorted_values[hi]
+    return min(max(a + (b - a) * (pos - lo), a), b)
+
+
+def median(values: Sequence[float]) -> float:
+    """The sample median (mean of the two middle values for an even count); ValueError for none."""
+    if not values:
+        raise ValueError("median of no values")
+    s = sorted(values)
+    mid = len(s) // 2
+    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
+
+
+def mean(values: Sequence[float]) -> float:
+    """The arithmetic mean; ValueError for no values."""
+    if not values:
+        raise ValueError("mean of no values")
+    return sum(values) / len(values)
+
+
+def describe_ms(values_s: Sequence[float], prefix: str) -> dict[str, float]:
+    """mean/median/std/p90/p95/p99 of seconds, reported in ms under bench_serving's key names.
+
+    NaN for each when there are no values.
+    """
+    v = sorted(x * 1000.0 for x in values_s)
+    n = len(v)
+    avg = mean(v) if n else math.nan
+    # bench_serving uses numpy.std: the population standard deviation.
+    std = math.sqrt(sum((x - avg) ** 2 for x in v) / n) if n else math.nan
+    return {
+        f"mean_{prefix}_ms": avg,
+        f"median_{prefix}_ms": percentile(v, 50),
+        f"std_{prefix}_ms": std,
+        f"p90_{prefix}_ms": percentile(v, 90),
+        f"p95_{prefix}_ms": percentile(v, 95),
+        f"p99_{prefix}_ms": percentile(v, 99),
+    }

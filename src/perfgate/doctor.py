@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.errors import ServerError
+from perfgate.gpu import GpuId, NvmlUnavailable, all_gpus, device_handle, nvml_session, p2p_read_status, query
 from perfgate.server._sglang import locate_sglang, resolve_sglang_root, sglang_versions
 from perfgate.server.autotune import detect_autotune
 
@@ -28,9 +29,6 @@ _P2P_LEGEND = (
     "TNS = topology not supported, DRK = disabled by registry key, NS = not supported, "
     "U = unknown, ERR = query failed"
 )
-# nvidia-ml-py defines NVML_P2P_CAPS_INDEX_READ as the tuple (0,) (a stray comma in the
-# binding); NVML wants the integer.
-_P2P_CAPS_INDEX_READ = 0
 
 _AUTOTUNE_HINTS = {
     "native": "SGLang autotunes flashinfer_cutlass itself; perfgate adds nothing",
@@ -99,55 +97,42 @@ def _no_sglang(status: str, explanation: str) -> dict[str, Any]:
 
 def _nvml() -> dict[str, Any]:
     try:
-        import pynvml  # type: ignore[import-untyped]
-    except ImportError as err:
-        return _no_nvml(f"nvidia-ml-py is not importable ({err})")
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as err:
-        return _no_nvml(f"NVML could not start: {err} (no NVIDIA driver or GPU?)")
-    try:
-        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-        return {
-            "available": True,
-            "error": None,
-            "driver": _query(pynvml, pynvml.nvmlSystemGetDriverVersion),
-            "gpus": [_gpu(pynvml, i, h) for i, h in enumerate(handles)],
-            "p2p_read": [[_p2p(pynvml, a, b) if a is not b else "X" for b in handles] for a in handles],
-        }
-    except pynvml.NVMLError as err:
-        return _no_nvml(f"NVML failed listing GPUs: {err}")
-    finally:
-        pynvml.nvmlShutdown()
+        with nvml_session() as nvml:
+            try:
+                gpus = all_gpus(nvml)
+                handles = [device_handle(nvml, g) for g in gpus]
+                return {
+                    "available": True,
+                    "error": None,
+                    "driver": query(nvml, nvml.nvmlSystemGetDriverVersion),
+                    "gpus": [_gpu(nvml, g, h) for g, h in zip(gpus, handles)],
+                    "p2p_read": [[_p2p(nvml, a, b) if i != j else "X" for j, b in enumerate(handles)]
+                                 for i, a in enumerate(handles)],
+                }
+            except nvml.NVMLError as err:
+                return _no_nvml(f"NVML failed listing GPUs: {err}")
+    except NvmlUnavailable as err:
+        return _no_nvml(str(err))
 
 
 def _no_nvml(reason: str) -> dict[str, Any]:
     return {"available": False, "error": reason, "driver": None, "gpus": [], "p2p_read": []}
 
 
-def _query(pynvml: Any, function: Any, *args: Any) -> Any:
-    """One NVML answer, or None where this GPU or driver does not support the query."""
-    try:
-        value = function(*args)
-    except pynvml.NVMLError:
-        return None
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _gpu(pynvml: Any, index: int, handle: Any) -> dict[str, Any]:
-    capability = _query(pynvml, pynvml.nvmlDeviceGetCudaComputeCapability, handle)
-    limit_mw = _query(pynvml, pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)
+def _gpu(nvml: Any, gpu: GpuId, handle: Any) -> dict[str, Any]:
+    capability = query(nvml, nvml.nvmlDeviceGetCudaComputeCapability, handle)
+    limit_mw = query(nvml, nvml.nvmlDeviceGetEnforcedPowerLimit, handle)
     return {
-        "index": index,
-        "name": _query(pynvml, pynvml.nvmlDeviceGetName, handle),
-        "uuid": _query(pynvml, pynvml.nvmlDeviceGetUUID, handle),
+        "index": gpu.index,
+        "name": gpu.name or None,
+        "uuid": gpu.uuid,
         "compute_capability": f"{capability[0]}.{capability[1]}" if capability else None,
         "power_limit_w": limit_mw / 1000.0 if limit_mw is not None else None,
     }
 
 
-def _p2p(pynvml: Any, a: Any, b: Any) -> str:
-    status = _query(pynvml, pynvml.nvmlDeviceGetP2PStatus, a, b, _P2P_CAPS_INDEX_READ)
+def _p2p(nvml: Any, a: Any, b: Any) -> str:
+    status = p2p_read_status(nvml, a, b)
     return "ERR" if status is None else _P2P_CODES.get(status, f"?{status}")
 
 

@@ -24,6 +24,10 @@ class LoadError(PerfgateError):
     """The load generator could not run a workload as specified."""
 
 
+class GpuError(PerfgateError):
+    """NVML cannot be used here, or a GPU named in the profile is not on this host."""
+
+
 class TelemetryError(PerfgateError):
     """GPU telemetry was required but could not be read."""
 

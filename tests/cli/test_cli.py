@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import sys
+
 from perfgate.baseline import Baseline, BaselineStore, fingerprint_for
 from perfgate.cli import main
 from perfgate.profile import Workload
 from perfgate.verdict import MetricRule
+from tests.fake_nvml import make, uuids
 
 W = Workload(name="c8-in16-out8", num_prompts=8, concurrency=8, input_len=16, output_len=8)
 
@@ -30,28 +34,55 @@ def test_list_show_diff(tmp_path, capsys):
     old = store.save(_baseline(1000.0), rules=rules)
     new = store.save(_baseline(1100.0, gpus=4), rules=rules)
     assert main(["baselines", "list", "--dir", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
-    assert "p/c8-in16-out8" in out and "3 repeats" in out and out.count("\n") == 2
+    listed = sorted(line.split("  ") for line in capsys.readouterr().out.splitlines())
+    assert listed == [
+        [str(new), "p/c8-in16-out8", "4xh200-700W", "3 repeats", "2026-11-29"],
+        [str(old), "p/c8-in16-out8", "8xh200-700W", "3 repeats", "2026-11-29"],
+    ]
     assert main(["baselines", "show", str(old)]) == 0
-    out = capsys.readouterr().out
-    assert "fingerprint.gpu_count: 8" in out and "output_throughput: 1,001.0 tok/s" in out
+    shown = capsys.readouterr().out.splitlines()
+    assert shown[0] == f"{old}: p/c8-in16-out8"
+    assert "  fingerprint.gpu_count: 8" in shown and "  provenance.date: 2026-11-29" in shown
+    # The median of the three repeats 1000, 1001, 1002.
+    assert shown[-1] == "  output_throughput: 1,001.0 tok/s"
     assert main(["baselines", "diff", str(old), str(new)]) == 0
-    out = capsys.readouterr().out
-    assert "gpu_count" in out and "output_throughput" in out
+    assert capsys.readouterr().out.splitlines() == [
+        "fingerprint gpu_count: 8 -> 4",
+        "fingerprint server_args: ['--tp-size=8'] -> ['--tp-size=4']",
+        "output_throughput 1,001.0 -> 1,101.0 tok/s (+10.0%)",
+    ]
 
 
 def test_errors_exit_2_with_one_line(tmp_path, capsys):
     assert main(["baselines", "show", str(tmp_path / "nope.json")]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("perfgate: baseline ") and "perfgate baselines list" in err
+    assert capsys.readouterr().err == (
+        f"perfgate: baseline {tmp_path / 'nope.json'}: file not found; `perfgate baselines list` shows the stored ones\n"
+    )
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     assert main(["baselines", "show", str(bad)]) == 2
-    assert str(bad) in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith(f"perfgate: baseline {bad}: not valid JSON (") and err.count("\n") == 1
     assert main(["compare", str(bad), str(bad)]) == 2
-    assert "not a perfgate results JSON file" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith(f"perfgate: results {bad}: not a perfgate results JSON file (") and err.count("\n") == 1
 
 
-def test_doctor_runs_without_gpu(capsys):
+def test_doctor_json_through_the_cli(capsys, monkeypatch):
+    _, nvml = make(2)
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
     assert main(["doctor", "--json"]) == 0
-    assert capsys.readouterr().out.strip().startswith("{")
+    report = json.loads(capsys.readouterr().out)
+    assert set(report) == {"python", "versions", "nvml", "autotune"}
+    assert report["python"] == sys.executable
+    # This test interpreter has neither SGLang nor FlashInfer.
+    assert set(report["versions"]) == {"sglang", "flashinfer", "torch", "cuda", "error"}
+    assert report["versions"]["sglang"] is None and report["versions"]["flashinfer"] is None
+    assert report["nvml"]["available"] is True and report["nvml"]["driver"] == "580.159.04"
+    assert report["nvml"]["gpus"] == [
+        {"index": i, "name": "Fake H200", "uuid": uuids(2)[i], "compute_capability": "9.0", "power_limit_w": 700.0}
+        for i in range(2)
+    ]
+    assert report["nvml"]["p2p_read"] == [["X", "OK"], ["OK", "X"]]
+    assert report["autotune"]["status"] == "sglang not installed"
+    assert report["autotune"]["explanation"] == f"sglang is not importable by {sys.executable}"

@@ -2,66 +2,22 @@ from __future__ import annotations
 
 import json
 import sys
-import types
 from pathlib import Path
 
 import pytest
 
 from perfgate.doctor import main
-
-
-class FakeNVMLError(Exception):
-    pass
-
-
-def fake_pynvml(gpus: list[dict], p2p: dict[tuple[int, int], int], init_error: str = "") -> types.ModuleType:
-    """A pynvml stand-in: GPUs as dicts, P2P read status per (a, b) pair."""
-    module = types.ModuleType("pynvml")
-    module.NVMLError = FakeNVMLError
-    calls: list[tuple] = []
-    module.calls = calls
-
-    def init() -> None:
-        if init_error:
-            raise FakeNVMLError(init_error)
-
-    def field(key):
-        def get(handle):
-            value = gpus[handle][key]
-            if isinstance(value, Exception):
-                raise value
-            return value
-        return get
-
-    def p2p_status(a: int, b: int, index) -> int:
-        calls.append(("p2p", a, b, index))
-        # The real binding's NVML_P2P_CAPS_INDEX_READ is the tuple (0,): NVML needs the int.
-        assert index == 0 and isinstance(index, int)
-        status = p2p[(a, b)]
-        if isinstance(status, Exception):
-            raise status
-        return status
-
-    module.nvmlInit = init
-    module.nvmlShutdown = lambda: calls.append(("shutdown",))
-    module.nvmlDeviceGetCount = lambda: len(gpus)
-    module.nvmlDeviceGetHandleByIndex = lambda i: i
-    module.nvmlSystemGetDriverVersion = lambda: b"580.95.05"
-    module.nvmlDeviceGetName = field("name")
-    module.nvmlDeviceGetUUID = field("uuid")
-    module.nvmlDeviceGetCudaComputeCapability = field("cc")
-    module.nvmlDeviceGetEnforcedPowerLimit = field("limit_mw")
-    module.nvmlDeviceGetP2PStatus = p2p_status
-    return module
+from tests.fake_nvml import FakeClock, FakeGpu, FakeNvml
 
 
 RTX_PRO = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+CNS = 1  # NVML_P2P_STATUS_CHIPSET_NOT_SUPPORTED
 
 
-def two_rtx_pro(limit_mw=600000) -> list[dict]:
-    return [
-        {"name": RTX_PRO, "uuid": f"GPU-{i}", "cc": (12, 0), "limit_mw": limit_mw} for i in range(2)
-    ]
+def two_rtx_pro(p2p: dict, limit_w: float = 600.0, **kw) -> FakeNvml:
+    """Two RTX PRO 6000 (SM120) GPUs with the given P2P read statuses, as the pynvml module."""
+    gpus = [FakeGpu(uuid=f"GPU-{i}", name=RTX_PRO, compute_capability=(12, 0), limit_w=limit_w) for i in range(2)]
+    return FakeNvml(FakeClock(), gpus, p2p=p2p, driver_version="580.95.05", **kw)
 
 
 def run(capsys, *argv: str) -> tuple[int, str]:
@@ -70,7 +26,7 @@ def run(capsys, *argv: str) -> tuple[int, str]:
 
 
 def test_json_report_for_an_unpacked_0_5_12(monkeypatch, capsys, sglang_0_5_12: Path) -> None:
-    nvml = fake_pynvml(two_rtx_pro(), {(0, 1): 1, (1, 0): 1})
+    nvml = two_rtx_pro({(0, 1): CNS, (1, 0): CNS})
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
     code, out = run(capsys, "--json", "--sglang-root", str(sglang_0_5_12))
     assert code == 0
@@ -93,14 +49,13 @@ def test_json_report_for_an_unpacked_0_5_12(monkeypatch, capsys, sglang_0_5_12: 
     assert autotune["sglang_version"] == "0.5.12"
     assert autotune["function"] == "ModelRunner._should_run_flashinfer_autotune"
     assert autotune["file"].endswith("srt/model_executor/model_runner.py")
-    assert ("shutdown",) in nvml.calls
+    assert nvml.initialised == 0
 
 
 def test_text_report_for_an_unpacked_0_5_23(monkeypatch, capsys, sglang_0_5_23: Path) -> None:
     # A 300 W Max-Q card: the limit comes from NVML, never from the model name.
-    gpus = two_rtx_pro(limit_mw=300000)
-    gpus[1]["limit_mw"] = FakeNVMLError("Not Supported")
-    nvml = fake_pynvml(gpus, {(0, 1): 0, (1, 0): FakeNVMLError("Unknown Error")})
+    nvml = two_rtx_pro({(0, 1): 0, (1, 0): FakeNvml.NVMLError(FakeNvml.NVML_ERROR_UNKNOWN)}, limit_w=300.0)
+    nvml.gpus[1].fail["nvmlDeviceGetEnforcedPowerLimit"] = FakeNvml.NVML_ERROR_NOT_SUPPORTED
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
     code, out = run(capsys, "--sglang-root", str(sglang_0_5_23))
     assert code == 0
@@ -113,10 +68,11 @@ def test_text_report_for_an_unpacked_0_5_23(monkeypatch, capsys, sglang_0_5_23: 
 
 
 def test_no_nvml_library(monkeypatch, capsys, sglang_0_5_12: Path) -> None:
-    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml([], {}, init_error="NVML Shared Library Not Found"))
+    broken = FakeNvml(FakeClock(), [], init_error=FakeNvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+    monkeypatch.setitem(sys.modules, "pynvml", broken)
     code, out = run(capsys, "--sglang-root", str(sglang_0_5_12))
     assert code == 0
-    assert "GPUs         none visible: NVML could not start: NVML Shared Library Not Found" in out
+    assert "GPUs         none visible: NVML not available: nvmlInit failed (NVML error 12); no NVIDIA driver" in out
     assert "P2P" not in out
 
 
@@ -125,11 +81,12 @@ def test_no_binding(monkeypatch, capsys, sglang_0_5_12: Path) -> None:
     code, out = run(capsys, "--json", "--sglang-root", str(sglang_0_5_12))
     nvml = json.loads(out)["nvml"]
     assert code == 0
-    assert nvml["available"] is False and "nvidia-ml-py is not importable" in nvml["error"]
+    assert nvml["available"] is False
+    assert nvml["error"].startswith("NVML not available: nvidia-ml-py is not importable")
 
 
 def test_the_installed_sglang_of_an_interpreter(monkeypatch, capsys, tmp_path: Path) -> None:
-    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml([], {}))
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(FakeClock(), []))
     code, out = run(capsys, "--json")
     assert code == 0
     # This test interpreter has no sglang.
@@ -150,7 +107,7 @@ def test_the_installed_sglang_of_an_interpreter(monkeypatch, capsys, tmp_path: P
 
 
 def test_sglang_root_takes_a_wheel_root_a_checkout_or_the_package(monkeypatch, capsys, tmp_path: Path, sglang_0_5_12: Path) -> None:
-    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml([], {}))
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(FakeClock(), []))
     wheel_root = sglang_0_5_12.parent
     # A source checkout keeps the package under python/ and its version in python/pyproject.toml.
     checkout = tmp_path / "sglang-repo"

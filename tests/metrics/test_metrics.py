@@ -3,11 +3,9 @@
 from array import array
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from perfgate.load import ClientStats, LoadRun, RequestRecord
-from perfgate.metrics import compute_metrics, percentile
+from perfgate.metrics import compute_metrics
 
 STATS = ClientStats(0, 1, 0, 0, 0, 0, 0, False)
 
@@ -87,21 +85,3 @@ def test_no_steady_window_is_a_note():
     assert m.steady is None
     assert "steady_output_throughput" not in m.values
     assert any("no steady-state window" in n for n in m.notes)
-
-
-@pytest.mark.parametrize(
-    "values, q, expected",
-    # Values numpy.percentile gives (default linear interpolation).
-    [([1, 2, 3, 4], 90, 3.7), ([10, 20], 99, 19.9), ([5], 37, 5.0), ([3, 1, 2], 50, 2.0), ([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 99, 9.91)],
-)
-def test_percentile_matches_numpy_cases(values, q, expected):
-    assert percentile(sorted(values), q) == pytest.approx(expected)
-
-
-@given(st.lists(st.floats(min_value=-1e6, max_value=1e6), min_size=1, max_size=50), st.floats(min_value=0, max_value=100))
-def test_percentile_is_bounded_and_monotone(values, q):
-    s = sorted(values)
-    p = percentile(s, q)
-    assert s[0] - 1e-6 <= p <= s[-1] + 1e-6
-    assert percentile(s, 0) == s[0] and percentile(s, 100) == s[-1]
-    assert percentile(s, min(100.0, q + 1)) >= p - 1e-6

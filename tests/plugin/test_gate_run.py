@@ -7,6 +7,8 @@ simulator profile, and checks exit codes, the summary and the failure messages.
 from __future__ import annotations
 
 import json
+import re
+import socket
 from pathlib import Path
 
 import pytest
@@ -49,6 +51,27 @@ warmup_requests = 2
 
 pytest_plugins = ["pytester"]
 
+WORKLOAD = "c16-in32-out16"
+GATED = ("mean_tpot_ms", "output_throughput", "p99_tpot_ms", "total_throughput")
+# Measured and shown in every summary, not gated by this profile.
+INFO = ("mean_ttft_ms", "concurrency", "steady_output_throughput", "gpu_power_mean_w", "output_tokens_per_j")
+
+
+def summary_verdicts(out: str) -> dict[tuple[str, str], str]:
+    """(workload, metric) -> verdict, read from the rows of the terminal summary table.
+
+    Columns are separated by two or more spaces (values such as "2,010.9 tok/s" hold one).
+    """
+    lines = out[out.index("perfgate summary"):].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("workload ")) + 2
+    verdicts: dict[tuple[str, str], str] = {}
+    for line in lines[start:]:
+        cells = re.split(r"\s{2,}", line.strip())
+        if len(cells) < 3:
+            break
+        verdicts[(cells[0], cells[1])] = cells[-1]
+    return verdicts
+
 
 @pytest.fixture
 def gate(pytester: pytest.Pytester, tmp_path: Path):
@@ -76,14 +99,19 @@ def test_first_run_has_no_baseline_and_says_how_to_record_one(gate, tmp_path):
     xml = junit.read_text()
     assert '<property name="perf.output_throughput"' in xml and '<property name="perf.mean_tpot_ms"' in xml
     out = result.stdout.str()
-    assert "perfgate summary" in out
-    assert "c16-in32-out16" in out and "output_throughput" in out and "no-baseline" in out
-    assert "--perf-update-baselines" in out
+    assert summary_verdicts(out) == {
+        **{(WORKLOAD, m): "no-baseline" for m in GATED},
+        **{(WORKLOAD, m): "info" for m in INFO + ("gpu_power_min_w",)},
+    }
+    assert "not gated: record one with `pytest perf_tests --perf-update-baselines`" in out
 
 
 def test_record_then_pass_then_catch_a_slowdown(gate):
     recorded = gate("--perf-update-baselines")
     recorded.assert_outcomes(passed=3, skipped=1)
+    assert {k: v for k, v in summary_verdicts(recorded.stdout.str()).items() if v != "info"} == {
+        (WORKLOAD, m): "recorded" for m in GATED
+    }
     files = list(gate.baselines.rglob("*.json"))
     assert len(files) == 1 and "c16-in32-out16" in files[0].name
     doc = json.loads(files[0].read_text())
@@ -92,14 +120,21 @@ def test_record_then_pass_then_catch_a_slowdown(gate):
 
     same = gate()
     same.assert_outcomes(passed=3, skipped=1)
-    assert "PASS" in same.stdout.str()
+    assert summary_verdicts(same.stdout.str()) == {
+        **{(WORKLOAD, m): "PASS" for m in GATED},
+        **{(WORKLOAD, m): "info" for m in INFO + ("gpu_power_min_w",)},
+    }
 
     slow = gate(env={"PERFGATE_SIM_SLOWDOWN": "2.0"})
     slow.assert_outcomes(passed=1, failed=2, skipped=1)
     out = slow.stdout.str()
-    assert "c16-in32-out16: output_throughput" in out and "< limit" in out and "baseline" in out
-    assert "c16-in32-out16: mean_tpot_ms" in out and "> limit" in out
-    assert "Mann-Whitney p=0.05" in out
+    number = r"[\d,]+\.?\d*"
+    assert re.search(rf"c16-in32-out16: output_throughput {number} tok/s < limit {number} tok/s "
+                     rf"\(baseline {number}, -[\d.]+%, tolerance 25%, Mann-Whitney p=0.05\)", out)
+    assert re.search(rf"c16-in32-out16: mean_tpot_ms {number} ms > limit {number} ms "
+                     rf"\(baseline {number}, \+[\d.]+%, tolerance 25%, Mann-Whitney p=0.05\)", out)
+    verdicts = summary_verdicts(out)
+    assert verdicts[(WORKLOAD, "output_throughput")] == verdicts[(WORKLOAD, "mean_tpot_ms")] == "FAIL"
 
     refused = gate("--perf-update-baselines", env={"PERFGATE_SIM_SLOWDOWN": "2.0"})
     assert refused.ret != 0
@@ -114,10 +149,14 @@ def test_absolute_floor_fails_without_any_baseline(gate):
     result = gate(sim_extra="idle_gpus = 1", gate_extra="floors = { gpu_power_min_w = 150 }")
     result.assert_outcomes(passed=1, failed=1, skipped=2)
     out = result.stdout.str()
-    assert "gpu_power_min_w" in out and "< floor 150.0 W" in out
-    # The idle simulated GPU is named, with the window the power was measured over.
-    assert "weakest: GPU vm:" in out or "weakest: GPU " in out
-    assert "s whole measured phase" in out or "s steady window" in out
+    assert re.search(r"c16-in32-out16: gpu_power_min_w [\d.]+ W < floor 150.0 W\n", out)
+    assert summary_verdicts(out)[(WORKLOAD, "gpu_power_min_w")] == "FAIL"
+    # The idle simulated GPU (the last of two; dcgm labels it with the simulator's host name) is
+    # named, with the window its power was measured over. A run too short for a steady window
+    # measures over the whole measured phase instead.
+    host = re.escape(socket.gethostname())
+    assert re.search(rf"weakest: GPU {host}:1 \(…[0-9a-f]{{8}}\) NVIDIA RTX PRO 6000 Blackwell Server Edition, "
+                     r"[\d.]+ W, over the [\d.]+ s (steady window|whole measured phase)\n", out), out
 
 
 def test_bad_profile_stops_before_anything_boots(gate, pytester):
@@ -208,7 +247,9 @@ def test_results_files_and_compare_exit_code(gate, tmp_path, monkeypatch):
     rep = wl["repeats"][0]
     assert len(rep["requests"]) == 32 and rep["requests"][0]["chunk_offsets_s"]
     assert rep["timeline"]["in_flight"] and rep["telemetry"]["window"]["gpus"]
-    assert "output_throughput" in (fast / "summary.md").read_text()
+    summary = (fast / "summary.md").read_text()
+    assert re.search(r"^\| c16-in32-out16 \| output_throughput \| [\d,.]+ tok/s \| - \| - \| - \| no-baseline \|$",
+                     summary, re.MULTILINE)
     # With matplotlib (the plots extra, installed for tests) each workload gets a PNG.
     png = fast / "c16-in32-out16.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+
 from perfgate.server import _gpu_procs
+from tests.fake_nvml import make, uuids
 
 
 def test_waits_for_our_pids_and_ignores_other_tenants(monkeypatch):
@@ -23,3 +26,17 @@ def test_reports_what_is_left_after_the_bound(monkeypatch):
 def test_no_nvml_means_no_wait(monkeypatch):
     monkeypatch.setattr(_gpu_procs, "gpu_holders", lambda gpus: None)
     assert _gpu_procs.wait_released([0], {11}, timeout_s=5) == []
+
+
+def test_holders_are_read_by_uuid_and_keyed_as_given(monkeypatch):
+    _, nv = make(2)
+    nv.gpus[0].pids = [99, 11]
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    assert _gpu_procs.gpu_holders(["0", uuids(2)[1], "00000000:18:00.0"]) == {
+        "0": [11, 99], uuids(2)[1]: [], "00000000:18:00.0": [11, 99]
+    }
+    # An unknown GPU, or no NVML: cannot tell (the lock refuses an unknown GPU with its own message).
+    assert _gpu_procs.gpu_holders([0, 5]) is None
+    assert nv.initialised == 0
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    assert _gpu_procs.gpu_holders([0]) is None

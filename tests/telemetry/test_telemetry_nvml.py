@@ -6,13 +6,13 @@ import math
 import threading
 
 import pytest
-from fake_nvml import FakeNvml, make, uuids
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from perfgate.errors import TelemetryError
 from perfgate.profile import TelemetrySpec
 from perfgate.telemetry import Monitor, NotMeasured, NvmlSource, open_monitor
+from tests.fake_nvml import FakeNvml, make, uuids
 
 
 def run(monitor: Monitor, clock, seconds: float, dt: float = 0.1, each=None) -> None:
@@ -134,7 +134,7 @@ def test_open_monitor_choices(monkeypatch):
     assert isinstance(auto, NotMeasured) and "GPU 7" in auto.reason
     broken = FakeNvml(clock, [], init_error=FakeNvml.NVML_ERROR_LIBRARY_NOT_FOUND)
     off = open_monitor(TelemetrySpec(source="nvml"), gpus=[], base_url="", nvml=broken)
-    assert isinstance(off, NotMeasured) and "NVML is unavailable" in off.reason
+    assert isinstance(off, NotMeasured) and off.reason.startswith("NVML not available: nvmlInit failed (NVML error 12)")
 
 
 def test_auto_without_gpu_on_this_machine_is_not_measured():
@@ -148,7 +148,7 @@ def test_auto_without_gpu_on_this_machine_is_not_measured():
         pass
     result = open_monitor(TelemetrySpec(source="auto"), gpus=[], base_url="")
     assert isinstance(result, NotMeasured)
-    assert "NVML is unavailable" in result.reason and "dcgm_endpoints" in result.reason
+    assert result.reason.startswith("NVML not available: ") and "dcgm_endpoints" in result.reason
 
 
 @settings(max_examples=25, deadline=None)

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perfgate.verdict import RECORD_HINT, MetricRule, judge, median
+from perfgate._stats import median
+from perfgate.verdict import RECORD_HINT, MetricRule, judge
 
 WL = "c1024-in256-out128"
 TPUT = MetricRule("output_throughput", "higher", tolerance=0.05)

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perfgate._stats import median
 from perfgate.baseline._args import normalize_args
 from perfgate.baseline._fingerprint import Fingerprint, driver_major
 from perfgate.errors import BaselineError
-from perfgate.verdict import median
 
 SCHEMA_VERSION = 1
 

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from perfgate.load import LoadRun, RequestRecord
-from perfgate.metrics._stats import describe_ms
+from perfgate._stats import describe_ms
 
 TIMELINE_BIN_S = 0.1
 PEAK_BUCKET_S = 1.0

@@ -22,7 +22,6 @@ class ProgressLine:
         self._label = label
         self._tty = bool(self._reporter and self._reporter.isatty())
         self._last_plain = 0.0
-        self._drawn = False
 
     def __call__(self, p: Progress) -> None:
         if self._reporter is None:
@@ -36,7 +35,6 @@ class ProgressLine:
         final = p.done == p.total
         if self._tty:
             self._write("\r" + text.ljust(110) + ("\n" if final else ""))
-            self._drawn = not final
         elif final or time.monotonic() - self._last_plain >= _PLAIN_EVERY_S:
             self._last_plain = time.monotonic()
             self._write(text + "\n")
@@ -48,8 +46,3 @@ class ProgressLine:
                 tw.write(text, flush=True)
         else:
             tw.write(text, flush=True)
-
-    def note(self, text: str) -> None:
-        if self._reporter is not None:
-            self._write(("\n" if self._drawn else "") + f"[perfgate] {text}\n")
-            self._drawn = False

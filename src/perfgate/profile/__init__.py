@@ -2,6 +2,8 @@
 
 ``load_profile(path)`` is the only way in; it validates everything before anything boots and
 raises :class:`perfgate.errors.ProfileError` naming the file, the key and what was expected.
+Every key is declared once, on its dataclass field (``_model.py``); :func:`reference_markdown`
+(``python -m perfgate.profile --reference``) renders the key reference from those declarations.
 """
 
 from perfgate.profile._load import load_profile, parse_profile
@@ -13,6 +15,7 @@ from perfgate.profile._model import (
     TelemetrySpec,
     Workload,
 )
+from perfgate.profile._reference import reference_markdown
 
 __all__ = [
     "DEFAULT_TOLERANCE",
@@ -23,4 +26,5 @@ __all__ = [
     "Workload",
     "load_profile",
     "parse_profile",
+    "reference_markdown",
 ]

@@ -1,100 +1,140 @@
-"""The validated, immutable shape of a profile."""
+"""The validated, immutable shape of a profile; each field that is a TOML key declares its check,
+default and doc once, with :func:`~perfgate.profile._keys.key`."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
+
+from perfgate.profile._keys import (
+    boolean,
+    choice,
+    gpu_list,
+    id_range,
+    integer,
+    key,
+    metric_map,
+    nonempty_string,
+    number,
+    open_ratio,
+    port_number,
+    ratio,
+    scalar_map,
+    str_list,
+    str_map,
+    string,
+    table,
+    url,
+    url_path,
+)
 
 ServerKind = Literal["sglang", "simulator", "attach", "command"]
 Backend = Literal["sglang", "openai-completions", "openai-chat"]
 AutotuneMode = Literal["auto", "force", "off"]
 TelemetryKind = Literal["auto", "nvml", "dcgm", "none"]
+Pacing = Literal["poisson", "constant"]
+InconclusivePolicy = Literal["fail", "warn"]
 
 
 @dataclass(frozen=True)
 class ServerSpec:
     """What to boot (or attach to) and how to tell it is ready."""
 
-    kind: ServerKind
-    model_path: str = ""
-    args: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
-    # NVML indices (ints) or UUIDs ("GPU-..."): the GPUs the server may use.
-    gpus: tuple[int | str, ...] = ()
-    host: str = "127.0.0.1"
-    # 0 picks a free port at launch.
-    port: int = 0
-    startup_timeout_s: float = 900.0
-    shutdown_timeout_s: float = 60.0
-    # Interpreter that runs sglang / the simulator: SGLang often lives in its own venv.
-    python: str = ""
-    base_url: str = ""
-    ready_path: str = "/health_generate"
-    # Attach: how long nothing may accept connections at base_url before perfgate gives up.
-    connect_timeout_s: float = 30.0
-    # Reuse HTTP connections between requests; false for servers that close connections after
-    # a stream without saying so (each request then opens its own).
-    keep_alive: bool = True
-    # kind = "command": argv template with {port}, {host}, {model} placeholders.
-    command: tuple[str, ...] = ()
-    flashinfer_cutlass_autotune: AutotuneMode = "auto"
-    require_autotune: bool = False
-    # Name of an environment variable holding a bearer token; the token is never stored.
-    api_key_env: str = ""
-    # kind = "simulator": options forwarded to ``python -m perfgate.sim`` as --flags.
-    sim: Mapping[str, str | int | float | bool] = field(default_factory=dict)
+    kind: ServerKind = key(choice(*get_args(ServerKind)),
+                           "what to run: SGLang, perfgate's simulator, a running server, or any command")
+    model_path: str = key(string, 'the model to serve (`{model}` in a command); needed by kind = "sglang"', default="")
+    args: tuple[str, ...] = key(str_list, "extra server arguments; for SGLang checked against that SGLang's flags before boot",
+                                default=())
+    env: Mapping[str, str] = key(str_map, "extra environment variables of the server process", default_factory=dict)
+    gpus: tuple[int | str, ...] = key(gpu_list, "GPUs the server may use, locked for the session; sets "
+                                      "CUDA_VISIBLE_DEVICES and SGLang's --tp-size", default=())
+    host: str = key(nonempty_string, "address the launched server listens on", default="127.0.0.1")
+    port: int = key(port_number, "port the launched server listens on", default=0)
+    startup_timeout_s: float = key(number(0.0, strict_min=True), "seconds to wait for the server to become ready",
+                                   default=900.0)
+    shutdown_timeout_s: float = key(number(0.0, strict_min=True),
+                                    "seconds from SIGTERM to killing the server's process group", default=60.0)
+    # SGLang often lives in its own venv.
+    python: str = key(string, 'interpreter that runs SGLang or the simulator; "" = the one running perfgate', default="")
+    base_url: str = key(url, 'the running server\'s URL for kind = "attach" (`--perf-base-url` overrides)', default="")
+    ready_path: str = key(url_path, "path polled until it answers 200 (SGLang's answers after warmup)",
+                          default="/health_generate")
+    connect_timeout_s: float = key(number(0.0, strict_min=True), 'kind = "attach": how long nothing may accept '
+                                   "connections at base_url before perfgate gives up", default=30.0)
+    keep_alive: bool = key(boolean, "reuse HTTP connections between requests; false for servers that close them "
+                           "after a stream without saying so", default=True)
+    command: tuple[str, ...] = key(str_list, 'kind = "command": argv with `{port}`, `{host}`, `{model}`, `{python}` '
+                                   "placeholders", default=())
+    flashinfer_cutlass_autotune: AutotuneMode = key(choice(*get_args(AutotuneMode)),
+                                                    "run FlashInfer's CUTLASS MoE autotune: patch SGLang where it "
+                                                    "needs it (auto), always (force), never (off)", default="auto")
+    require_autotune: bool = key(boolean, "fail the boot unless its log shows a complete FlashInfer autotune",
+                                 default=False)
+    # The token itself is never stored.
+    api_key_env: str = key(string, "name of an environment variable holding a bearer token", default="")
+    sim: Mapping[str, str | int | float | bool] = key(
+        scalar_map, 'the `[server.sim]` table for kind = "simulator": options of `python -m perfgate.sim --help` in '
+        "snake_case, checked when the profile loads",
+        default_factory=dict)
 
 
 @dataclass(frozen=True)
 class TelemetrySpec:
     """Where per-GPU power comes from, and whether its absence fails the run."""
 
-    source: TelemetryKind = "auto"
-    # Prometheus endpoints of dcgm-exporter; "{base_url}" expands to the server's URL.
-    dcgm_endpoints: tuple[str, ...] = ()
-    interval_s: float = 0.1
-    # Energy/throttle counters, GPM, clocks: read this often (and at window edges). One NVML
-    # energy read costs ~3 ms of CPU on an H200 driver, so per-tick reads would cost ~3 % of a core per GPU.
-    counter_period_s: float = 1.0
-    require_power: bool = False
+    source: TelemetryKind = key(choice(*get_args(TelemetryKind)),
+                                "where per-GPU power comes from; auto tries NVML, then dcgm_endpoints", default="auto")
+    dcgm_endpoints: tuple[str, ...] = key(str_list, 'dcgm-exporter /metrics URLs; "{base_url}" expands to the server\'s',
+                                          default=())
+    interval_s: float = key(number(0.01), "sampling period of instant power", default=0.1)
+    # One NVML energy read costs ~3 ms of CPU on an H200 driver, so per-tick reads would cost ~3 % of a core per GPU.
+    counter_period_s: float = key(number(0.1), "period of the costly reads (energy and throttle counters, GPM, "
+                                  "clocks); also read at window edges", default=1.0)
+    require_power: bool = key(boolean, "fail the run when power cannot be measured (else: reported as not measured)",
+                              default=False)
 
 
 @dataclass(frozen=True)
 class Workload:
     """One load shape, run ``repeats`` times and gated on its own."""
 
-    name: str
-    num_prompts: int
-    concurrency: int
-    input_len: int
-    output_len: int
-    request_rate: float = math.inf
-    warmup_requests: int = 1
-    backend: Backend = "sglang"
-    # Ask the server to ignore EOS so every request produces exactly output_len tokens.
-    ignore_eos: bool = True
-    range_ratio: float = 1.0
-    seed: int = 0
-    flush_cache: bool = False
-    pacing: Literal["poisson", "constant"] = "poisson"
-    max_error_rate: float = 0.0
-    # Overrides [gate].repeats for this workload when set.
-    repeats: int | None = None
-    # Prompt token ids are drawn from [lo, hi); None uses a range safe for common vocabularies.
-    token_id_range: tuple[int, int] | None = None
-    # A request whose stream is silent this long fails (a hung server must not hang the gate).
-    stall_timeout_s: float = 600.0
-    # Load-client processes the requests are sharded over (each runs concurrency / N streams);
-    # for rates one process cannot sustain without saturating.
-    client_processes: int = 1
-    # Extra JSON fields merged into every request body (e.g. generation_config).
-    extra_body: Mapping[str, object] = field(default_factory=dict)
-    floors: Mapping[str, float] = field(default_factory=dict)
-    ceilings: Mapping[str, float] = field(default_factory=dict)
-    tolerance: Mapping[str, float] = field(default_factory=dict)
+    name: str = key(nonempty_string, "test id and baseline file name", shown_default="`c{concurrency}-in{input_len}-out{output_len}[-r{request_rate}]`")
+    num_prompts: int = key(integer(1), "measured requests per repeat")
+    concurrency: int = key(integer(1), "most requests in flight")
+    input_len: int = key(integer(1), "prompt tokens per request (exact: prompts are token ids)")
+    output_len: int = key(integer(1), "output tokens per request")
+    request_rate: float = key(number(0.0, strict_min=True, allow_inf=True),
+                              'arrival rate in requests/s; "inf" sends up to concurrency at once', default=math.inf)
+    warmup_requests: int = key(integer(0), "requests before measuring, at the same concurrency, excluded from every number",
+                               default=1)
+    backend: Backend = key(choice(*get_args(Backend)),
+                           "API the client speaks: /generate, /v1/completions or /v1/chat/completions", default="sglang")
+    ignore_eos: bool = key(boolean, "ask the server to ignore EOS so every request yields exactly output_len tokens",
+                           default=True)
+    range_ratio: float = key(ratio, "lengths are drawn from [ratio x len, len]; bench_serving's default is 0.0",
+                             default=1.0)
+    seed: int = key(integer(0), "seed of prompts, lengths and arrival times", default=0)
+    flush_cache: bool = key(boolean, "POST /flush_cache after warmup, before measuring", default=False)
+    pacing: Pacing = key(choice(*get_args(Pacing)), "arrival process at a finite request_rate", default="poisson")
+    max_error_rate: float = key(ratio, "share of failed requests a valid run may have", default=0.0)
+    repeats: int | None = key(integer(1), "overrides [gate] repeats", default=None, shown_default="[gate] repeats")
+    token_id_range: tuple[int, int] | None = key(id_range, "prompt token ids are drawn from [lo, hi)", default=None,
+                                                 shown_default="`[1000, 30000]`")
+    stall_timeout_s: float = key(number(0.0, strict_min=True),
+                                 "a stream silent this long fails (a hung server must not hang the gate)", default=600.0)
+    # For rates one process cannot sustain without saturating.
+    client_processes: int = key(integer(1), "load-client processes sharing the requests (concurrency / N streams "
+                                "each); at most concurrency", default=1)
+    extra_body: Mapping[str, object] = key(table, "JSON fields merged into every request body (e.g. generation_config)",
+                                           default_factory=dict)
+    floors: Mapping[str, float] = key(metric_map(), "absolute floors; override [gate] floors", default_factory=dict)
+    ceilings: Mapping[str, float] = key(metric_map(), "absolute ceilings; override [gate] ceilings",
+                                        default_factory=dict)
+    tolerance: Mapping[str, float] = key(metric_map(0.0), "relative tolerances; override [gate] tolerance",
+                                         default_factory=dict)
 
     def spec(self) -> dict[str, object]:
         """The fields that change what is measured: part of a baseline's fingerprint."""
@@ -129,24 +169,31 @@ class GateSpec:
     """What the measured numbers are held to."""
 
     # Three repeats let the Mann-Whitney test confirm a drop (benchmarks/detection.py).
-    repeats: int = 3
-    require_baseline: bool = False
-    # Relative tolerance per gated metric: a throughput may drop, a latency may rise, by this much.
-    tolerance: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_TOLERANCE))
-    floors: Mapping[str, float] = field(default_factory=dict)
-    ceilings: Mapping[str, float] = field(default_factory=dict)
-    # Significance level of the noise test on repeats (used when repeats >= 3).
-    alpha: float = 0.05
-    confirm_on_fail: bool = False
-    # A median past its limit that the noise test cannot confirm gets more repeats, one at a
-    # time, up to this many in all (None: twice the workload's repeats); still undecided, it
-    # is INCONCLUSIVE, which fails the gate unless inconclusive = "warn".
-    max_repeats: int | None = None
-    inconclusive: Literal["fail", "warn"] = "fail"
-    # The client's own validity limits: above these, numbers describe the client, not the server.
+    repeats: int = key(integer(1), "measured repeats per workload; the noise test needs >= 3", default=3)
+    require_baseline: bool = key(boolean, "fail a workload without a baseline for its fingerprint (else: skipped)",
+                                 default=False)
+    tolerance: Mapping[str, float] = key(metric_map(0.0), "relative worsening allowed per metric against the baseline "
+                                         "median, direction-aware; merged over the default",
+                                         default_factory=lambda: dict(DEFAULT_TOLERANCE))
+    floors: Mapping[str, float] = key(metric_map(), "absolute minimum per metric, checked with or without a baseline",
+                                      default_factory=dict)
+    ceilings: Mapping[str, float] = key(metric_map(), "absolute maximum per metric, checked with or without a baseline",
+                                        default_factory=dict)
+    alpha: float = key(open_ratio, "significance level of the one-sided Mann-Whitney test on the repeats",
+                       default=0.05)
+    confirm_on_fail: bool = key(boolean, "before failing, run the repeats again and judge all of them together",
+                                default=False)
+    max_repeats: int | None = key(integer(1), "most repeats in all when a median past its limit is not yet "
+                                  "confirmed by the noise test (more are run one at a time); at least the repeats",
+                                  default=None, shown_default="2 x repeats")
+    inconclusive: InconclusivePolicy = key(choice(*get_args(InconclusivePolicy)),
+                                           "what a verdict still undecided after max_repeats does to the gate",
+                                           default="fail")
     # A server sharing a small host's CPUs with the client (vLLM on CPU) needs more lag allowance.
-    client_max_lag_p99_ms: float = 200.0
-    client_max_cpu_share: float = 0.9
+    client_max_lag_p99_ms: float = key(number(0.0, strict_min=True), "a run whose client event-loop lag p99 exceeds "
+                                       "this is invalid (it measured the client)", default=200.0)
+    client_max_cpu_share: float = key(number(0.0, strict_min=True), "a run whose client used more than this share "
+                                      "of a core is invalid", default=0.9)
 
 
 @dataclass(frozen=True)

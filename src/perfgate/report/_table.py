@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from collections.abc import Iterable, Mapping, Sequence
 
+from perfgate._stats import median
 from perfgate.session import WorkloadResult
-from perfgate.verdict import fmt_value, median, unit_of
+from perfgate.verdict import fmt_value, unit_of
 
 # Shown for every workload even when not gated, so the table always says what was measured.
 INFO_METRICS = (

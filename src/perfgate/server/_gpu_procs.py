@@ -3,42 +3,26 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from typing import Sequence
 
-
-def _nvml() -> Any | None:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        return pynvml
-    except Exception:  # noqa: BLE001 - no library, no driver, no GPU: all mean "cannot tell"
-        return None
-
-
-def _handle(nv: Any, gpu: int | str) -> Any:
-    if isinstance(gpu, int) or str(gpu).isdigit():
-        return nv.nvmlDeviceGetHandleByIndex(int(gpu))
-    if str(gpu).startswith(("GPU-", "MIG-")):
-        return nv.nvmlDeviceGetHandleByUUID(str(gpu))
-    return nv.nvmlDeviceGetHandleByPciBusId(str(gpu))
+from perfgate.gpu import NvmlUnavailable, UnknownGpu, device_handle, nvml_session, resolve_gpu
 
 
 def gpu_holders(gpus: Sequence[int | str]) -> dict[str, list[int]] | None:
-    """PIDs with compute contexts on each of ``gpus``; None when NVML cannot tell."""
-    nv = _nvml()
-    if nv is None:
-        return None
+    """PIDs with compute contexts on each of ``gpus`` (keyed as given); None when NVML cannot tell."""
     try:
-        out: dict[str, list[int]] = {}
-        for gpu in gpus:
-            procs = nv.nvmlDeviceGetComputeRunningProcesses(_handle(nv, gpu))
-            out[str(gpu)] = sorted(p.pid for p in procs)
-        return out
-    except Exception:  # noqa: BLE001 - any NVML failure: report "cannot tell", never crash the gate
+        with nvml_session() as nvml:
+            try:
+                return {
+                    str(gpu): sorted(p.pid for p in nvml.nvmlDeviceGetComputeRunningProcesses(
+                        device_handle(nvml, resolve_gpu(nvml, gpu))))
+                    for gpu in gpus
+                }
+            except (nvml.NVMLError, UnknownGpu):
+                # Cannot tell; an unknown GPU is refused by the lock, with the GPUs that exist.
+                return None
+    except NvmlUnavailable:
         return None
-    finally:
-        nv.nvmlShutdown()
 
 
 def wait_released(gpus: Sequence[int | str], pids: set[int], timeout_s: float) -> list[str]:

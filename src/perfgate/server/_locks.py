@@ -1,4 +1,10 @@
-"""Host-level GPU locks: two perfgate sessions never measure on the same GPUs at once."""
+"""Host-level GPU locks: two perfgate sessions never measure on the same GPUs at once.
+
+A GPU is locked by its UUID, so a profile that says ``0`` and one that says ``GPU-8f6c...``
+(or the PCI bus id) for the same GPU take the same lock. Without NVML there is no way to
+know which names mean one GPU: the lock is then taken on the name as given, and the
+holder record says so.
+"""
 
 from __future__ import annotations
 
@@ -8,16 +14,41 @@ import socket
 import sys
 import time
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from filelock import FileLock, Timeout
 
 from perfgate.errors import ServerError
+from perfgate.gpu import NvmlUnavailable, UnknownGpu, nvml_session, resolve_gpus
 
 
 def lock_dir() -> Path:
     return Path(os.environ.get("PERFGATE_LOCK_DIR", "/tmp/perfgate-locks"))
+
+
+@dataclass(frozen=True)
+class _LockKey:
+    key: str  # the UUID, or the name as given where NVML is absent
+    label: str  # what messages call the GPU
+    note: str = ""  # why the key is not a UUID
+
+
+def _keys(gpus: Sequence[int | str]) -> list[_LockKey]:
+    try:
+        with nvml_session() as nvml:
+            resolved = resolve_gpus(nvml, gpus)
+    except UnknownGpu as err:
+        raise ServerError(str(err)) from None
+    except NvmlUnavailable as err:
+        names = sorted({str(g) for g in gpus})
+        return [
+            _LockKey(name, f"GPU {name}", f"locked by the name {name!r} as given, not by UUID ({err}); a session "
+                     "naming this GPU another way (index, UUID, PCI bus id) takes a different lock")
+            for name in names
+        ]
+    return [_LockKey(g.uuid, g.label) for g in sorted(resolved, key=lambda g: g.uuid)]
 
 
 def _owner_path(lock_path: Path) -> Path:
@@ -27,26 +58,29 @@ def _owner_path(lock_path: Path) -> Path:
 def _describe_owner(lock_path: Path) -> str:
     try:
         owner = json.loads(_owner_path(lock_path).read_text())
-        return f"pid {owner['pid']} on {owner['host']} ({owner['cmd']}) since {owner['since']}"
-    except (OSError, ValueError, KeyError):
+        text = f"pid {owner['pid']} on {owner['host']} ({owner['cmd']}) since {owner['since']}"
+    except (OSError, ValueError, KeyError, TypeError):
         return "another process (no owner record)"
+    note = owner.get("note")
+    return f"{text}; {note}" if isinstance(note, str) and note else text
 
 
 def hold_gpus(gpus: Sequence[int | str], stack: ExitStack, wait_s: float) -> None:
-    """Lock every GPU in ``gpus`` (sorted, so two sessions cannot deadlock) until ``stack`` closes.
+    """Lock every GPU in ``gpus`` (in UUID order, so two sessions cannot deadlock) until ``stack`` closes.
 
-    Waits up to ``wait_s`` per GPU, then fails naming who holds it.
+    Waits up to ``wait_s`` per GPU, then fails naming who holds it. A GPU NVML does not know
+    fails at once, naming the GPUs that exist.
     """
     d = lock_dir()
     d.mkdir(parents=True, exist_ok=True)
-    for gpu in sorted({str(g) for g in gpus}):
-        path = d / f"gpu-{gpu.replace('/', '_')}.lock"
+    for gpu in _keys(gpus):
+        path = d / f"gpu-{gpu.key.replace('/', '_')}.lock"
         lock = FileLock(str(path))
         try:
             lock.acquire(timeout=wait_s)
         except Timeout:
             raise ServerError(
-                f"GPU {gpu} is held by another perfgate session: {_describe_owner(path)}; "
+                f"{gpu.label} is held by another perfgate session: {_describe_owner(path)}; "
                 f"wait for it to finish or remove {path} if that process is gone"
             ) from None
         stack.callback(lock.release)
@@ -55,6 +89,8 @@ def hold_gpus(gpus: Sequence[int | str], stack: ExitStack, wait_s: float) -> Non
             "host": socket.gethostname(),
             "cmd": " ".join(sys.argv)[:200],
             "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "gpu": gpu.label,
+            "note": gpu.note,
         }
         _owner_path(path).write_text(json.dumps(owner))
         stack.callback(_owner_path(path).unlink, missing_ok=True)

@@ -1,7 +1,9 @@
 """Command line of ``python -m perfgate.sim``.
 
 Every option is kebab-case because the launcher forwards a profile's ``[server.sim]`` table
-(snake_case keys) as ``--key-with-dashes value``; booleans arrive as ``--flag true|false``.
+(snake_case keys) as ``--key-with-dashes value`` (:func:`option_text`); booleans arrive as
+``--flag true|false``. :func:`sim_options` exposes the same declarations so a profile's table is
+checked when it loads, not when the simulator boots. Nothing here imports the HTTP server.
 """
 
 from __future__ import annotations
@@ -9,14 +11,18 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
+from functools import cache
 
 from perfgate.sim._engine import SimConfig
 
 SLOWDOWN_ENV = "PERFGATE_SIM_SLOWDOWN"
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
+# Passed by the launcher itself: a [server.sim] value would override them and the launcher would
+# wait on the wrong address.
+LAUNCHER_SETS = ("host", "port")
 
 
 @dataclass(frozen=True)
@@ -66,42 +72,54 @@ class SimOptions:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-def _bool(text: str) -> bool:
+class _Type:
+    """An argparse ``type`` that says what it expects: ``convert`` raises ValueError for bad text."""
+
+    def __init__(self, expected: str, convert: Callable[[str], object]) -> None:
+        self.expected = expected
+        self._convert = convert
+
+    def __call__(self, text: str) -> object:
+        try:
+            return self._convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {self.expected}, got {text!r}") from None
+
+
+def _parse_bool(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered in _TRUE:
         return True
     if lowered in _FALSE:
         return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    raise ValueError(text)
 
 
-def _finite(low: float, high: float = math.inf, *, open_low: bool = False):
+_bool = _Type("true or false", _parse_bool)
+_int = _Type("an integer", int)
+
+
+def _finite(low: float, high: float = math.inf, *, open_low: bool = False) -> _Type:
     def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        value = float(text)
         below = value <= low if open_low else value < low
         if not math.isfinite(value) or below or value > high:
-            bound = f"> {low}" if open_low else f">= {low}"
-            upper = f" and <= {high}" if math.isfinite(high) else ""
-            raise argparse.ArgumentTypeError(f"expected a number {bound}{upper}, got {text!r}")
+            raise ValueError(text)
         return value
 
-    return parse
+    bound = f"> {low}" if open_low else f">= {low}"
+    upper = f" and <= {high}" if math.isfinite(high) else ""
+    return _Type(f"a number {bound}{upper}", parse)
 
 
-def _int_at_least(low: int):
+def _int_at_least(low: int) -> _Type:
     def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        value = int(text)
         if value < low:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {value}")
+            raise ValueError(text)
         return value
 
-    return parse
+    return _Type(f"an integer >= {low}", parse)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -144,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--noise", type=_finite(0.0), default=defaults.noise, help="iid per-step jitter (rel. std)")
     p.add_argument("--drift", type=_finite(0.0), default=defaults.drift, help="slow AR(1) speed factor (rel. std)")
-    p.add_argument("--seed", type=int, default=defaults.seed)
+    p.add_argument("--seed", type=_int, default=defaults.seed)
     p.add_argument("--time-scale", type=_finite(0.0, open_low=True), default=defaults.time_scale)
     p.add_argument("--stream-interval", type=_int_at_least(1), default=1)
     p.add_argument("--startup-delay-s", type=_finite(0.0), default=0.5)
@@ -178,12 +196,60 @@ def slowdown_from_env(environ: os._Environ[str] | dict[str, str]) -> float:
     return value
 
 
+@dataclass(frozen=True)
+class SimOption:
+    """One option as a profile's ``[server.sim]`` key (snake_case ``name``)."""
+
+    name: str
+    expected: str
+    default: object
+    action: argparse.Action
+
+    def parse(self, text: str) -> object:
+        """The value ``--option text`` gives the simulator; ValueError when it would refuse it."""
+        kind = self.action.type
+        try:
+            value = kind(text) if callable(kind) else text
+        except argparse.ArgumentTypeError as err:
+            raise ValueError(str(err)) from None
+        if self.action.choices is not None and value not in self.action.choices:
+            raise ValueError(f"expected {self.expected}, got {text!r}")
+        return value
+
+
+@cache
+def sim_options() -> Mapping[str, SimOption]:
+    """Every option of :func:`build_parser` by its ``[server.sim]`` key."""
+    out = {}
+    for action in build_parser()._actions:
+        if not action.option_strings or action.dest == "help":
+            continue
+        if action.choices is not None:
+            expected = "one of " + ", ".join(repr(c) for c in action.choices)
+        else:
+            expected = getattr(action.type, "expected", "a string")
+        out[action.dest] = SimOption(action.dest, expected, action.default, action)
+    return out
+
+
+def option_text(value: str | int | float | bool) -> str:
+    """A ``[server.sim]`` value as the launcher passes it on the command line."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def conflicts(values: Mapping[str, object]) -> list[tuple[str, str]]:
+    """(option, problem) for options that are fine alone but not together (values by snake_case name)."""
+    if values["idle_gpus"] > values["gpus"]:  # type: ignore[operator]
+        return [("idle_gpus", f"{values['idle_gpus']} idle GPUs is more than gpus = {values['gpus']}")]
+    return []
+
+
 def parse_options(argv: Sequence[str], environ: os._Environ[str] | dict[str, str]) -> SimOptions:
     """Parse the command line (argparse exits with status 2 on a bad option)."""
     parser = build_parser()
     ns = parser.parse_args(list(argv))
-    if ns.idle_gpus > ns.gpus:
-        parser.error(f"argument --idle-gpus: {ns.idle_gpus} is more than --gpus {ns.gpus}")
+    for name, problem in conflicts(vars(ns)):
+        parser.error(f"argument --{name.replace('_', '-')}: {problem}")
     try:
         slowdown = slowdown_from_env(environ)
     except ValueError as err:

@@ -3,12 +3,11 @@
 ``open_monitor(spec, gpus=..., base_url=...)`` returns a :class:`Monitor` (NVML or dcgm-exporter
 source) or :class:`NotMeasured` with the reason. Start it, run the load, then summarise any
 ``[start_s, end_s]`` (``time.monotonic()`` seconds) with :meth:`Monitor.summarize`, or use
-Zeus-style named windows (``begin_window`` / ``end_window``). :func:`check_power` turns a window
-into pass/fail findings that name the GPU.
+Zeus-style named windows (``begin_window`` / ``end_window``).
 """
 
+from perfgate.gpu import NvmlUnavailable
 from perfgate.telemetry._dcgm import DcgmReading, DcgmSource, parse_dcgm_text
-from perfgate.telemetry._gates import check_power
 from perfgate.telemetry._model import (
     GpuIdentity,
     GpuLink,
@@ -16,11 +15,10 @@ from perfgate.telemetry._model import (
     GpuWindow,
     NotMeasured,
     TELEMETRY_METRICS,
-    PowerFinding,
     TelemetryWindow,
 )
 from perfgate.telemetry._monitor import Monitor, open_monitor
-from perfgate.telemetry._nvml import NvmlSource, NvmlUnavailable
+from perfgate.telemetry._nvml import NvmlSource
 
 __all__ = [
     "DcgmReading",
@@ -33,10 +31,8 @@ __all__ = [
     "NotMeasured",
     "NvmlSource",
     "NvmlUnavailable",
-    "PowerFinding",
     "TELEMETRY_METRICS",
     "TelemetryWindow",
-    "check_power",
     "open_monitor",
     "parse_dcgm_text",
 ]

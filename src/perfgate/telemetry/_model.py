@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from perfgate._stats import mean
+
 PowerMethod = Literal["energy_counter", "energy_counter+integrated", "integrated_instant", "integrated_average"]
 
 
@@ -194,19 +196,13 @@ class TelemetryWindow:
         return self.end_s - self.start_s
 
     @property
-    def total_power_w(self) -> float | None:
-        """Sum of the GPUs' mean power (W); ``None`` when no GPU has a measurement."""
-        powers = _values(self.gpus, "mean_power_w")
-        return sum(powers) if powers else None
-
-    @property
     def imbalance(self) -> float | None:
         """(max - min) / mean of per-GPU mean power; 0 for one GPU or equal GPUs."""
         powers = _values(self.gpus, "mean_power_w")
         if not powers:
             return None
-        mean = sum(powers) / len(powers)
-        return (max(powers) - min(powers)) / mean if mean > 0 else 0.0
+        avg = mean(powers)
+        return (max(powers) - min(powers)) / avg if avg > 0 else 0.0
 
     def metrics(self) -> dict[str, float]:
         """Flat values for the verdict engine (names in TELEMETRY_METRICS); a key is absent where
@@ -215,7 +211,7 @@ class TelemetryWindow:
         powers = _values(self.gpus, "mean_power_w")
         if powers:
             out["gpu_power_min_w"] = min(powers)
-            out["gpu_power_mean_w"] = sum(powers) / len(powers)
+            out["gpu_power_mean_w"] = mean(powers)
             out["gpu_power_total_w"] = sum(powers)
             out["gpu_imbalance"] = self.imbalance or 0.0
         reducers = {
@@ -223,8 +219,8 @@ class TelemetryWindow:
             "energy_j": ("energy_j", sum),
             "tensor_util_min_pct": ("tensor_util_pct", min),
             "sm_util_min_pct": ("sm_util_pct", min),
-            "dram_util_mean_pct": ("dram_bw_util_pct", _mean),
-            "util_gpu_mean_pct": ("util_gpu_pct", _mean),
+            "dram_util_mean_pct": ("dram_bw_util_pct", mean),
+            "util_gpu_mean_pct": ("util_gpu_pct", mean),
         }
         for key, (attr, reduce) in reducers.items():
             values = _values(self.gpus, attr)
@@ -244,10 +240,6 @@ class TelemetryWindow:
         return min(measured, key=lambda g: getattr(g, attr))
 
 
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values)
-
-
 TELEMETRY_METRICS = frozenset(
     {
         "gpu_power_min_w",
@@ -265,26 +257,6 @@ TELEMETRY_METRICS = frozenset(
     }
 )
 """Every gateable name telemetry can produce."""
-
-
-@dataclass(frozen=True)
-class PowerFinding:
-    """One power gate applied to one GPU (or the whole window for imbalance)."""
-
-    check: str
-    gpu: str
-    window: str
-    measured: float | None
-    allowed: float
-    unit: str
-    passed: bool
-
-    @property
-    def message(self) -> str:
-        verdict = "ok" if self.passed else "FAIL"
-        measured = "not measured" if self.measured is None else f"{self.measured:.3g}{self.unit}"
-        bound = "<=" if self.check == "max_imbalance" else ">="
-        return f"{verdict}: {self.gpu} {self.check} over {self.window}: {measured} (allowed {bound} {self.allowed:.3g}{self.unit})"
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol, Self
 
 from perfgate.errors import TelemetryError
+from perfgate.gpu import NvmlUnavailable, load_nvml
 from perfgate.profile import TelemetrySpec
 from perfgate.telemetry._dcgm import DcgmSource
 from perfgate.telemetry._model import (
@@ -20,7 +21,7 @@ from perfgate.telemetry._model import (
     NotMeasured,
     TelemetryWindow,
 )
-from perfgate.telemetry._nvml import NvmlSource, NvmlUnavailable
+from perfgate.telemetry._nvml import NvmlSource
 from perfgate.telemetry._window import summarize_gpu
 
 
@@ -235,7 +236,7 @@ def open_monitor(spec: TelemetrySpec, *, gpus: Sequence[int | str], base_url: st
     reasons = []
     if spec.source in ("auto", "nvml"):
         try:
-            source: Source = NvmlSource(nvml if nvml is not None else _import_pynvml(), gpus)
+            source: Source = NvmlSource(nvml if nvml is not None else load_nvml(), gpus)
             return Monitor(source, interval_s=spec.interval_s, full_period_s=spec.counter_period_s, clock=clock)
         except NvmlUnavailable as err:
             if spec.source == "nvml":
@@ -251,10 +252,3 @@ def open_monitor(spec: TelemetrySpec, *, gpus: Sequence[int | str], base_url: st
         return Monitor(source, interval_s=spec.interval_s, full_period_s=spec.counter_period_s, clock=clock)
     return NotMeasured("; ".join(reasons) + "; and no [telemetry].dcgm_endpoints are configured")
 
-
-def _import_pynvml() -> Any:
-    try:
-        import pynvml
-    except ImportError as err:
-        raise NvmlUnavailable(f"the NVML binding is not installed ({err}); pip install nvidia-ml-py") from err
-    return pynvml

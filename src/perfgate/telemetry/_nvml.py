@@ -1,8 +1,9 @@
 """The NVML source: per-GPU power, energy, clocks and GPM activity through nvidia-ml-py.
 
-The binding is a parameter (``nvml``), so tests drive this code with a fake module. Slow queries
-(identity, limits, topology) happen once in ``__init__``; a poll makes a handful of cheap calls per
-GPU, drops calls the GPU answered with "not supported", and never raises for a single failing read.
+The binding is a parameter (``nvml``), so tests drive this code with a fake module; loading it and
+resolving GPU names is :mod:`perfgate.gpu`'s. Slow queries (identity, limits, topology) happen once
+in ``__init__``; a poll makes a handful of cheap calls per GPU, drops calls the GPU answered with
+"not supported", and never raises for a single failing read.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from perfgate import gpu
 from perfgate.errors import TelemetryError
 from perfgate.telemetry._model import ActivitySpan, Batch, Event, GpuIdentity, GpuLink, GpuSample
 
@@ -47,16 +49,8 @@ _TOPOLOGY = {0: "internal", 10: "single", 20: "multiple", 30: "hostbridge", 40: 
 _GPM_MIN_GAP_S = 0.1
 
 
-class NvmlUnavailable(TelemetryError):
-    """NVML cannot be used on this host at all (no driver, no library, no GPU)."""
-
-
 class _GpuLost(Exception):
     pass
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 @dataclass
@@ -76,8 +70,8 @@ class NvmlSource:
     """Samples the given GPUs through ``nvml`` (the ``pynvml`` module, or a fake with its API).
 
     ``gpus`` are NVML indices, UUIDs (``"GPU-..."``) or PCI bus ids; each is resolved once to a
-    UUID-bearing identity. An empty ``gpus`` monitors every GPU NVML sees.
-    Raises :class:`NvmlUnavailable` when NVML does not work here, and
+    UUID-bearing identity (:func:`perfgate.gpu.resolve_gpus`). An empty ``gpus`` monitors every
+    GPU NVML sees. Raises :class:`perfgate.gpu.NvmlUnavailable` when NVML does not work here, and
     :class:`~perfgate.errors.TelemetryError` when a requested GPU does not exist.
     """
 
@@ -86,13 +80,9 @@ class NvmlSource:
     def __init__(self, nvml: Any, gpus: Sequence[int | str]) -> None:
         self._nvml = nvml
         self._seen: set[tuple[str, str, str]] = set()
+        gpu.init_nvml(nvml)
         try:
-            nvml.nvmlInit()
-        except nvml.NVMLError as err:
-            raise NvmlUnavailable(f"NVML is unavailable on this host ({err})") from err
-        try:
-            handles = self._resolve(gpus)
-            self._gpus = [self._describe(h) for h in handles]
+            self._gpus = [self._describe(g) for g in self._resolve(gpus)]
             self._link_topology()
         except BaseException:
             nvml.nvmlShutdown()
@@ -100,54 +90,18 @@ class NvmlSource:
 
     # -- once, at open -------------------------------------------------------------------
 
-    def _resolve(self, gpus: Sequence[int | str]) -> list[Any]:
-        nvml = self._nvml
+    def _resolve(self, gpus: Sequence[int | str]) -> list[gpu.GpuId]:
         try:
-            count = nvml.nvmlDeviceGetCount()
-        except nvml.NVMLError as err:
-            raise NvmlUnavailable(f"NVML cannot count GPUs ({err})") from err
-        if count == 0:
-            raise NvmlUnavailable("NVML sees no GPU on this host")
-        wanted = list(gpus) or list(range(count))
-        handles: list[Any] = []
-        uuids: set[str] = set()
-        for spec in wanted:
-            try:
-                if isinstance(spec, int) or spec.isdigit():
-                    handle = nvml.nvmlDeviceGetHandleByIndex(int(spec))
-                elif spec.startswith(("GPU-", "MIG-")):
-                    handle = nvml.nvmlDeviceGetHandleByUUID(spec)
-                else:
-                    handle = nvml.nvmlDeviceGetHandleByPciBusId(spec)
-                uuid = _text(nvml.nvmlDeviceGetUUID(handle))
-            except nvml.NVMLError as err:
-                raise TelemetryError(
-                    f"GPU {spec!r} (profile [server].gpus) is not visible to NVML ({err}); visible GPUs: "
-                    f"{self._visible(count)}. Give an NVML index, a UUID or a PCI bus id of this host."
-                ) from err
-            if uuid not in uuids:
-                uuids.add(uuid)
-                handles.append(handle)
-        return handles
-
-    def _visible(self, count: int) -> str:
-        nvml, names = self._nvml, []
-        for i in range(count):
-            try:
-                names.append(f"{i}={_text(nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(i)))}")
-            except nvml.NVMLError:
-                names.append(f"{i}=?")
-        return ", ".join(names)
+            return gpu.resolve_gpus(self._nvml, gpus)
+        except gpu.UnknownGpu as err:
+            raise TelemetryError(str(err)) from err
 
     def _once(self, fn: Callable[..., Any], *args: Any) -> Any:
-        try:
-            return fn(*args)
-        except self._nvml.NVMLError:
-            return None
+        return gpu.query(self._nvml, fn, *args)
 
-    def _describe(self, handle: Any) -> _Gpu:
+    def _describe(self, gpu_id: gpu.GpuId) -> _Gpu:
         nvml, once = self._nvml, self._once
-        pci = once(nvml.nvmlDeviceGetPciInfo, handle)
+        handle = gpu.device_handle(nvml, gpu_id)
         cc = once(nvml.nvmlDeviceGetCudaComputeCapability, handle)
         limit_mw = once(nvml.nvmlDeviceGetEnforcedPowerLimit, handle)
         default_mw = once(nvml.nvmlDeviceGetPowerManagementDefaultLimit, handle)
@@ -158,15 +112,15 @@ class NvmlSource:
         cuda = once(nvml.nvmlSystemGetCudaDriverVersion)
         gpm = once(nvml.nvmlGpmQueryDeviceSupport, handle)
         ident = GpuIdentity(
-            index=int(nvml.nvmlDeviceGetIndex(handle)),
-            uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
-            name=_text(once(nvml.nvmlDeviceGetName, handle) or "?"),
-            pci_bus_id=_text(pci.busId) if pci is not None else "",
+            index=gpu_id.index,
+            uuid=gpu_id.uuid,
+            name=gpu_id.name or "?",
+            pci_bus_id=gpu_id.pci_bus_id,
             compute_capability=(int(cc[0]), int(cc[1])) if cc is not None else None,
             power_limit_w=limit_mw / 1000 if limit_mw is not None else None,
             default_power_limit_w=default_mw / 1000 if default_mw is not None else None,
             memory_total_mib=mem.total / 2**20 if mem is not None else None,
-            driver_version=_text(once(nvml.nvmlSystemGetDriverVersion) or ""),
+            driver_version=once(nvml.nvmlSystemGetDriverVersion) or "",
             cuda_driver_version=f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda else "",
             persistence_mode=bool(persistence) if persistence is not None else None,
             ecc_enabled=bool(ecc[0]) if ecc is not None else None,
@@ -186,8 +140,7 @@ class NvmlSource:
                 if other is g:
                     continue
                 level = once(nvml.nvmlDeviceGetTopologyCommonAncestor, g.handle, other.handle)
-                # nvidia-ml-py defines NVML_P2P_CAPS_INDEX_READ as the tuple (0,): pass the int.
-                p2p = once(nvml.nvmlDeviceGetP2PStatus, g.handle, other.handle, 0)
+                p2p = gpu.p2p_read_status(nvml, g.handle, other.handle)
                 links.append(GpuLink(
                     peer_uuid=other.ident.uuid,
                     common_ancestor=_TOPOLOGY.get(level, str(level)) if level is not None else None,

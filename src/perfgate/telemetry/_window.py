@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
+from perfgate._stats import mean, percentile
 from perfgate.telemetry._model import (
     ActivitySpan,
     GpuIdentity,
@@ -169,25 +170,8 @@ def span_average(spans: Iterable[ActivitySpan], key: str, start_s: float, end_s:
     return num / den if den > 0 else None
 
 
-def percentiles(values: Sequence[float]) -> tuple[float, float, float] | None:
-    """(p5, p50, p95), linear between order statistics and clamped to them, so float rounding
-    can never put a percentile outside [min, max] or out of order."""
-    if not values:
-        return None
-    ordered = sorted(values)
-
-    def at(q: float) -> float:
-        pos = q * (len(ordered) - 1)
-        lo = int(pos)
-        hi = min(lo + 1, len(ordered) - 1)
-        a, b = ordered[lo], ordered[hi]
-        return min(max(a + (b - a) * (pos - lo), a), b)
-
-    return at(0.05), at(0.50), at(0.95)
-
-
-def _mean(values: list[float]) -> float | None:
-    return sum(values) / len(values) if values else None
+def _mean_or_none(values: list[float]) -> float | None:
+    return mean(values) if values else None
 
 
 def summarize_gpu(
@@ -237,7 +221,7 @@ def summarize_gpu(
     instant = [p for s in inside if (p := s.power_instant_w) is not None]
     if not instant:
         instant = [p for s in inside if (p := s.power_avg_w) is not None]
-    pct = percentiles(instant)
+    ordered = sorted(instant)
     missing_power = sum(1 for s in inside if _power(s) is None)
     if missing_power:
         notes.append(f"{label}: power unreadable in {missing_power} of {len(inside)} samples")
@@ -257,13 +241,13 @@ def summarize_gpu(
         energy_j=energy_j,
         power_method=method,
         integrated_power_w=integrated_w,
-        power_p5_w=pct[0] if pct else None,
-        power_p50_w=pct[1] if pct else None,
-        power_p95_w=pct[2] if pct else None,
+        power_p5_w=percentile(ordered, 5) if ordered else None,
+        power_p50_w=percentile(ordered, 50) if ordered else None,
+        power_p95_w=percentile(ordered, 95) if ordered else None,
         power_limit_w=limit,
         limit_share=mean_w / limit if mean_w is not None and limit else None,
-        util_gpu_pct=_mean([v for s in inside if (v := s.util_gpu_pct) is not None]),
-        sm_clock_mean_mhz=_mean([v for s in inside if (v := s.sm_clock_mhz) is not None]),
+        util_gpu_pct=_mean_or_none([v for s in inside if (v := s.util_gpu_pct) is not None]),
+        sm_clock_mean_mhz=_mean_or_none([v for s in inside if (v := s.sm_clock_mhz) is not None]),
         throttle_s=_throttle_s(samples, start_s, end_s),
         temperature_max_c=max(temps) if temps else None,
         memory_used_max_mib=max(mems) if mems else None,

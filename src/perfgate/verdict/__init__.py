@@ -17,7 +17,7 @@ from perfgate.verdict._judge import (
 )
 from perfgate.verdict._names import KNOWN_METRICS, check_metric_name
 from perfgate.verdict._rules import MetricRule, rules_for
-from perfgate.verdict._stats import mann_whitney_less, median, min_p_value
+from perfgate.verdict._mannwhitney import mann_whitney_less, min_p_value
 
 __all__ = [
     "KNOWN_METRICS",
@@ -33,7 +33,6 @@ __all__ = [
     "fmt_value",
     "judge",
     "mann_whitney_less",
-    "median",
     "min_p_value",
     "rules_for",
     "unit_of",

@@ -17,9 +17,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from perfgate._stats import median
 from perfgate.verdict._direction import Direction, unit_of
 from perfgate.verdict._rules import MetricRule
-from perfgate.verdict._stats import mann_whitney_less, median, min_p_value
+from perfgate.verdict._mannwhitney import mann_whitney_less, min_p_value
 
 Status = Literal["pass", "fail", "inconclusive", "no-baseline", "not-measured"]
 InconclusivePolicy = Literal["fail", "warn"]

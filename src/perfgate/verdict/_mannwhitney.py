@@ -1,4 +1,4 @@
-"""Small-sample statistics for the gate, in pure Python.
+"""The one-sided Mann-Whitney U test the gate's noise check uses, in pure Python.
 
 The one-sided Mann-Whitney U test is computed exactly for the repeat counts a serving
 benchmark can afford (every way of ranking the pooled repeats is equally likely under "no
@@ -19,15 +19,6 @@ from functools import cache
 
 # Pooled repeat counts up to this use the exact distribution (a few ms to build, then cached).
 _EXACT_MAX_N = 40
-
-
-def median(values: Sequence[float]) -> float:
-    """The sample median (mean of the two middle values for an even count)."""
-    if not values:
-        raise ValueError("median of no values")
-    s = sorted(values)
-    mid = len(s) // 2
-    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
 
 
 def min_p_value(n_a: int, n_b: int) -> float:

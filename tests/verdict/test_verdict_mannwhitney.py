@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perfgate.verdict import mann_whitney_less, median, min_p_value
-from perfgate.verdict._stats import _u_counts
+from perfgate.verdict import mann_whitney_less, min_p_value
+from perfgate.verdict._mannwhitney import _u_counts
 
 
 def brute_force_less(a: list[int], b: list[int]) -> Fraction:
@@ -97,21 +97,3 @@ def test_normal_approximation_close_to_exact_above_the_exact_limit() -> None:
         u = sum(1 for x in a for y in b if x >= y)
         exact = sum(_u_counts(25, 25)[: u + 1]) / math.comb(50, 25)
         assert mann_whitney_less(a, b) == pytest.approx(exact, abs=0.005)
-
-
-@given(st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=9))
-def test_median(values: list[float]) -> None:
-    m = median(values)
-    s = sorted(values)
-    assert s[0] <= m <= s[-1]
-    if len(s) % 2:
-        assert m == s[len(s) // 2]
-    assert sum(1 for v in values if v < m) <= len(values) // 2
-    assert sum(1 for v in values if v > m) <= len(values) // 2
-
-
-def test_median_examples() -> None:
-    assert median([3.0, 1.0, 2.0]) == 2.0
-    assert median([4.0, 1.0, 3.0, 2.0]) == 2.5
-    with pytest.raises(ValueError):
-        median([])

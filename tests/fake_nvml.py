@@ -1,8 +1,11 @@
-"""A fake of the parts of nvidia-ml-py (``pynvml``) the NVML source uses.
+"""A fake of the parts of nvidia-ml-py (``pynvml``) perfgate uses: GPU identity, the holders
+check, doctor's report and the NVML telemetry source.
 
 It models N GPUs driven by a manual clock: each GPU has a power level (W) and activity levels
 that can change at any time; its energy counter and GPM samples integrate them exactly, so tests
 know the true answer. Failures are injected per function name, per field, or per GPU (lost).
+Code that imports ``pynvml`` itself gets the fake with
+``monkeypatch.setitem(sys.modules, "pynvml", nvml)``.
 """
 
 from __future__ import annotations
@@ -26,6 +29,10 @@ class FakeClock:
 @dataclass
 class FakeGpu:
     uuid: str
+    name: str = "Fake H200"
+    compute_capability: tuple[int, int] = (9, 0)
+    # PIDs with a compute context on this GPU.
+    pids: list[int] = field(default_factory=list)
     power_w: float = 300.0
     limit_w: float = 700.0
     tensor_pct: float = 0.0
@@ -87,10 +94,15 @@ class FakeNvml:
         def __str__(self) -> str:
             return f"NVML error {self.value}"
 
-    def __init__(self, clock: FakeClock, gpus: list[FakeGpu], *, init_error: int | None = None) -> None:
+    def __init__(self, clock: FakeClock, gpus: list[FakeGpu], *, init_error: int | None = None,
+                 p2p: dict[tuple[int, int], int | Exception] | None = None,
+                 driver_version: str = "580.159.04") -> None:
         self.clock = clock
         self.gpus = gpus
         self.init_error = init_error
+        # (a, b) -> NVML_P2P_STATUS_* or the error to raise; None: OK between neighbours only.
+        self.p2p = p2p
+        self.driver_version = driver_version
         self.calls: dict[str, int] = {}
         self.live_gpm_samples = 0
         self.initialised = 0
@@ -131,6 +143,14 @@ class FakeNvml:
         if fn in g.fail:
             raise self.NVMLError(g.fail[fn])
         self._advance(g)
+        return g
+
+    def _static(self, handle: Any, fn: str) -> FakeGpu:
+        """A GPU for a query of fixed facts (no clock), with ``fail`` injection."""
+        self.calls[fn] = self.calls.get(fn, 0) + 1
+        g = self.gpus[handle]
+        if fn in g.fail:
+            raise self.NVMLError(g.fail[fn])
         return g
 
     # -- API -----------------------------------------------------------------------------
@@ -174,16 +194,20 @@ class FakeNvml:
         return h
 
     def nvmlDeviceGetName(self, h: int) -> bytes:
-        return b"Fake H200"
+        return self._static(h, "nvmlDeviceGetName").name.encode()
 
     def nvmlDeviceGetPciInfo(self, h: int) -> SimpleNamespace:
         return SimpleNamespace(busId=self._bus(h).encode())
 
     def nvmlDeviceGetCudaComputeCapability(self, h: int) -> tuple[int, int]:
-        return (9, 0)
+        return self._static(h, "nvmlDeviceGetCudaComputeCapability").compute_capability
 
     def nvmlDeviceGetEnforcedPowerLimit(self, h: int) -> int:
-        return int(self.gpus[h].limit_w * 1000)
+        return int(self._static(h, "nvmlDeviceGetEnforcedPowerLimit").limit_w * 1000)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[SimpleNamespace]:
+        return [SimpleNamespace(pid=pid, usedGpuMemory=2**30)
+                for pid in self._static(h, "nvmlDeviceGetComputeRunningProcesses").pids]
 
     def nvmlDeviceGetPowerManagementDefaultLimit(self, h: int) -> int:
         return 700_000
@@ -198,7 +222,7 @@ class FakeNvml:
         return 1
 
     def nvmlSystemGetDriverVersion(self) -> str:
-        return "580.159.04"
+        return self.driver_version
 
     def nvmlSystemGetCudaDriverVersion(self) -> int:
         return 13000
@@ -212,7 +236,12 @@ class FakeNvml:
     def nvmlDeviceGetP2PStatus(self, a: int, b: int, index: int) -> int:
         if not isinstance(index, int):
             raise TypeError("p2p index must be an int")
-        return 0 if abs(a - b) == 1 else 4
+        if self.p2p is None:
+            return 0 if abs(a - b) == 1 else 4
+        status = self.p2p[(a, b)]
+        if isinstance(status, Exception):
+            raise status
+        return status
 
     def nvmlDeviceGetFieldValues(self, h: int, field_ids: list[int]) -> list[SimpleNamespace]:
         g = self._gpu(h, "nvmlDeviceGetFieldValues")
