@@ -128,7 +128,7 @@ def _trial(args: tuple[str, int]) -> tuple[list[float], dict[Outcome, bool], dic
 
 
 def _session_verdict(current: list[dict[str, float]], base: list[dict[str, float]], repeats: int, alpha: float) -> tuple[Verdict, int]:
-    """What GateSession decides: judge ``repeats`` runs, add one while inconclusive, up to 2 x repeats."""
+    """What the gate session decides: judge ``repeats`` runs, add one while inconclusive, up to 2 x repeats."""
     rules = _rules(None)
     n = repeats
     while True:

@@ -4,24 +4,24 @@ Each workload runs once per session (its repeats included); these tests read the
 result, so a failure names exactly which guarantee broke.
 """
 
-from perfgate.plugin import Gate
+from perfgate.plugin import GateChecks
 
 
-def test_run_is_valid(perf_gate: Gate) -> None:
+def test_run_is_valid(perf_gate: GateChecks) -> None:
     """No failed requests beyond the profile's allowance, and the client was not the bottleneck."""
     perf_gate.assert_valid()
 
 
-def test_throughput(perf_gate: Gate) -> None:
+def test_throughput(perf_gate: GateChecks) -> None:
     """Output and total throughput (and any other higher-is-better metric) from below."""
     perf_gate.assert_metrics("throughput")
 
 
-def test_latency(perf_gate: Gate) -> None:
+def test_latency(perf_gate: GateChecks) -> None:
     """Mean and p99 TPOT (and any other latency the profile gates) from above."""
     perf_gate.assert_metrics("latency")
 
 
-def test_gpu_power(perf_gate: Gate) -> None:
+def test_gpu_power(perf_gate: GateChecks) -> None:
     """Per-GPU power floors, imbalance and tokens per joule, when the profile gates them."""
     perf_gate.assert_metrics("power")

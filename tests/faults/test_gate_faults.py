@@ -12,7 +12,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import time
 from contextlib import ExitStack
 
@@ -20,8 +19,6 @@ import pytest
 
 from tests.faults.conftest import Gate, quirky_command
 from tests.support import processes_with
-
-pytest_plugins = ["pytester"]
 
 FAILED, INTERRUPTED, USAGE = int(pytest.ExitCode.TESTS_FAILED), int(pytest.ExitCode.INTERRUPTED), int(pytest.ExitCode.USAGE_ERROR)
 WORKLOAD = "c16-in32-out16"
@@ -152,8 +149,8 @@ def test_signal_mid_run_stops_the_server(gate: Gate, sig: signal.Signals) -> Non
     # time_scale 1 and long outputs: the signal lands mid-run.
     profile = gate.profile(sim="time_scale = 1.0", workload="output_len = 2000")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--perf-profile={profile}", f"--perf-baselines={gate.baselines}"],
-        cwd=gate.pytester.path,
+        gate.argv(profile=profile),
+        cwd=gate.path,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -253,7 +250,7 @@ def test_bad_options_are_refused_before_anything_boots(gate: Gate, args: list[st
 
 
 def test_results_path_that_is_a_file_is_refused(gate: Gate) -> None:
-    existing = gate.pytester.path / "results.json"
+    existing = gate.path / "results.json"
     existing.write_text("{}")
     outcome = gate.run(f"--perf-results={existing}")
     assert outcome.ret == USAGE

@@ -10,7 +10,6 @@ from perfgate.baseline._diff import BaselineDiff, MetricChange, diff, others_not
 from perfgate.baseline._document import FIX_HINT, MIGRATIONS, SCHEMA_VERSION, Baseline
 from perfgate.baseline._fingerprint import Fingerprint, fingerprint_for
 from perfgate.baseline._provenance import (
-    cpu_description,
     current_user,
     git_commit,
     perfgate_version,
@@ -28,7 +27,6 @@ __all__ = [
     "BaselineStore",
     "Fingerprint",
     "MetricChange",
-    "cpu_description",
     "current_user",
     "diff",
     "fingerprint_for",

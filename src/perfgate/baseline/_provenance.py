@@ -5,7 +5,6 @@ from __future__ import annotations
 import getpass
 import importlib.metadata
 import os
-import platform
 import socket
 import subprocess
 from collections.abc import Mapping
@@ -53,28 +52,6 @@ def git_commit(repo_dir: Path | str = ".") -> str | None:
         return None
     commit = head.stdout.strip()
     return f"{commit}-dirty" if status.returncode == 0 and status.stdout.strip() else commit
-
-
-def cpu_description() -> str:
-    """The host's processor model and the CPUs this process may use, e.g. "AMD EPYC 9654 x2".
-
-    Part of the fingerprint where no GPU serves (a CPU-only engine's numbers belong to the CPU).
-    """
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() in ("model name", "Model", "Hardware", "cpu model") and value.strip():
-                model = value.strip()
-                break
-    except OSError:
-        pass
-    model = model or platform.processor() or platform.machine() or "unknown CPU"
-    try:
-        count = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        count = os.cpu_count() or 0
-    return f"{' '.join(model.split())} x{count}"
 
 
 def provenance(

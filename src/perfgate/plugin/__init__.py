@@ -5,7 +5,7 @@ perfgate.session, so the plugin stays a thin layer.
 """
 
 from perfgate.plugin._fixtures import perf_gate, perf_profile, perf_result, perf_server, perf_session
-from perfgate.plugin._gate import Gate, category_of
+from perfgate.plugin._gate import GateChecks, category_of
 from perfgate.plugin._hooks import (
     pytest_configure,
     pytest_generate_tests,
@@ -16,7 +16,7 @@ from perfgate.plugin._hooks import (
 from perfgate.plugin._options import pytest_addoption
 
 __all__ = [
-    "Gate",
+    "GateChecks",
     "category_of",
     "perf_gate",
     "perf_profile",

@@ -7,12 +7,12 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from perfgate.errors import PerfgateError
-from perfgate.plugin._gate import Gate
+from perfgate.plugin._gate import GateChecks
 from perfgate.plugin._progress import ProgressLine
 from perfgate.plugin._state import STATE_KEY
 from perfgate.profile import Profile, Workload
 from perfgate.server import RunningServer
-from perfgate.session import GateSession, WorkloadResult
+from perfgate.session import Session, WorkloadResult
 
 
 @pytest.fixture(scope="session")
@@ -22,7 +22,7 @@ def perf_profile(pytestconfig: pytest.Config) -> Profile:
 
 
 @pytest.fixture(scope="session")
-def perf_session(pytestconfig: pytest.Config) -> Iterator[GateSession]:
+def perf_session(pytestconfig: pytest.Config) -> Iterator[Session]:
     """The gate session; its server and telemetry are torn down when the pytest session ends."""
     state = pytestconfig.stash[STATE_KEY]
     yield state.gate_session()
@@ -30,7 +30,7 @@ def perf_session(pytestconfig: pytest.Config) -> Iterator[GateSession]:
 
 
 @pytest.fixture
-def perf_server(request: pytest.FixtureRequest, perf_session: GateSession) -> RunningServer:
+def perf_server(request: pytest.FixtureRequest, perf_session: Session) -> RunningServer:
     """The server under test, booted (or attached) once per session and ready to serve.
 
     A boot that failed fails every test that needs the server: the first with the whole
@@ -58,7 +58,7 @@ def _benchmark_rounds(benchmark: Any, first_run: bool) -> Callable[[Callable[[],
 
 @pytest.fixture
 def perf_result(
-    request: pytest.FixtureRequest, perf_session: GateSession, perf_server: RunningServer, perf_workload: Workload
+    request: pytest.FixtureRequest, perf_session: Session, perf_server: RunningServer, perf_workload: Workload
 ) -> WorkloadResult:
     """The judged result of ``perf_workload``: run once per session, shared by every test of that workload."""
     progress = ProgressLine(request.config, perf_workload.name)
@@ -79,14 +79,14 @@ def _record_properties(request: pytest.FixtureRequest, benchmark: Any, result: W
         benchmark.extra_info.update(
             {"perfgate_workload": result.workload, "perfgate_median": result.verdict_medians(), "unit": "seconds per repeat"}
         )
-    for name, value in sorted(result.repeats[-1].values().items()):
+    for name, value in sorted(result.repeats[-1].flat_metrics().items()):
         request.node.user_properties.append((f"perf.{name}", round(value, 4)))
 
 
 @pytest.fixture
-def perf_gate(perf_result: WorkloadResult, perf_session: GateSession) -> Gate:
-    """Asserts one category (throughput, latency, power) of the workload's verdict."""
-    return Gate(perf_result, perf_session.telemetry_note)
+def perf_gate(perf_result: WorkloadResult, perf_session: Session) -> GateChecks:
+    """The checks of one workload: its validity, and each category (throughput, latency, power) of its verdict."""
+    return GateChecks(perf_result, perf_session.telemetry_note)
 
 
 def _has_benchmark(request: pytest.FixtureRequest) -> bool:

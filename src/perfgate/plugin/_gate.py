@@ -22,7 +22,7 @@ def category_of(metric: str) -> Category:
 
 
 @dataclass
-class Gate:
+class GateChecks:
     """A workload's result, asserted one category at a time so each test names what it guards."""
 
     result: WorkloadResult

@@ -9,7 +9,8 @@ import pytest
 
 from perfgate.errors import PerfgateError
 from perfgate.plugin._state import STATE_KEY, PluginState
-from perfgate.report import error_rates, render_text, rows, write_results
+from perfgate.session import RunSummary
+from perfgate.report import render_text, rows, write_results
 from perfgate.server import check_url
 
 
@@ -54,50 +55,49 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("perf_workload", profile.workloads, ids=[w.name for w in profile.workloads])
 
 
-def _header(state: PluginState) -> list[str]:
-    session = state.session
-    assert session is not None
-    lines = [f"profile: {session.profile.name} ({session.profile.path})"]
-    server = session._server
+def _header(summary: RunSummary) -> list[str]:
+    lines = [f"profile: {summary.profile_name} ({summary.profile_path})"]
+    server = summary.server
     if server is not None:
-        version = server.versions.get("server", "unknown version")
+        version = server.version or "unknown version"
         lines.append(f"target: {server.kind} {server.model} at {server.base_url} ({version}), ready in {server.boot_s:.1f} s")
-    gpus = session.gpus()
+    gpus = summary.gpus
     if gpus:
         names = sorted({g.name for g in gpus})
         limits = sorted({f"{g.power_limit_w:.0f} W" for g in gpus if g.power_limit_w})
         lines.append(
             f"GPUs: {len(gpus)} x {', '.join(names)}, enforced power limit {', '.join(limits) or 'not reported'} "
-            f"({session.gpu_source()})"
+            f"(telemetry from {summary.power_source})"
         )
     else:
-        lines.append(f"GPU power: not measured ({session.telemetry_note})")
+        lines.append(f"GPU power: not measured ({summary.telemetry_note})")
     return lines
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     state = terminalreporter.config.stash.get(STATE_KEY, None)
-    if state is None or state.session is None or not (state.session.results or state.session.failures):
+    if state is None or state.session is None or not state.session.results:
         return
-    session = state.session
+    summary = state.summary()
     terminalreporter.write_sep("=", "perfgate summary")
-    for line in _header(state):
+    for line in _header(summary):
         terminalreporter.write_line(line)
-    table = rows(session.results.values(), error_rates(session))
+    table = rows(summary)
     if table:
         terminalreporter.write_line("")
         terminalreporter.write_line(render_text(table))
-    for name, res in session.results.items():
+    for res in summary.workloads:
         for note in dict.fromkeys(note for rep in res.repeats for note in rep.metrics.notes):
-            terminalreporter.write_line(f"note: {name}: {note}")
+            terminalreporter.write_line(f"note: {res.workload}: {note}")
         if res.baseline_note:
-            terminalreporter.write_line(f"baseline: {name}: {res.baseline_note}" + (f" -> {res.baseline_path}" if res.recorded else ""))
-    for note in session.store_notes:
+            recorded = f" -> {res.baseline_path}" if res.recorded else ""
+            terminalreporter.write_line(f"baseline: {res.workload}: {res.baseline_note}{recorded}")
+    for note in summary.store_notes:
         terminalreporter.write_line(f"baseline store: {note}")
-    for name, err in session.failures.items():
+    for name, err in summary.failures.items():
         # The whole message is in the test report; one line here says which workload it stopped.
-        terminalreporter.write_line(f"error: {name}: {str(err).splitlines()[0]}")
-    for note in state.teardown_notes:
+        terminalreporter.write_line(f"error: {name}: {err.splitlines()[0]}")
+    for note in summary.teardown_notes:
         terminalreporter.write_line(f"teardown: {note}")
 
 
@@ -110,7 +110,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state.close()
     results_dir = state.results_dir()
     if results_dir is not None and state.session.results:
-        write_results(state.session, results_dir, step_summary=os.environ.get("GITHUB_STEP_SUMMARY"))
+        write_results(state.summary(), results_dir, step_summary=os.environ.get("GITHUB_STEP_SUMMARY"))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

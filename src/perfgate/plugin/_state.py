@@ -9,7 +9,7 @@ import pytest
 
 from perfgate.errors import PerfgateError
 from perfgate.profile import Profile, load_profile
-from perfgate.session import GateSession, SessionOptions
+from perfgate.session import RunSummary, Session, SessionOptions
 
 DEFAULT_PROFILE = "profiles/sim-glm5.toml"
 
@@ -18,7 +18,7 @@ class PluginState:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self._profile: Profile | None = None
-        self.session: GateSession | None = None
+        self.session: Session | None = None
         self.teardown_notes: list[str] = []
         # Error message -> the test that showed it in full; later tests hit by the same error
         # (every test of a workload, every workload after a failed boot) get one line.
@@ -55,7 +55,7 @@ class PluginState:
         opt = self.config.getoption("perf_results")
         return Path(opt) if opt else None
 
-    def gate_session(self) -> GateSession:
+    def gate_session(self) -> Session:
         if self.session is None:
             cfg = self.config
             results = self.results_dir()
@@ -69,12 +69,16 @@ class PluginState:
                 repeats=cfg.getoption("perf_repeats"),
                 lock_wait_s=cfg.getoption("perf_lock_wait"),
             )
-            self.session = GateSession(self.profile(), options)
+            self.session = Session(self.profile(), options)
         return self.session
 
     def close(self) -> None:
         if self.session is not None:
             self.teardown_notes = self.session.close()
+
+    def summary(self) -> RunSummary:
+        assert self.session is not None, "summary() before the session started"
+        return self.session.summary(tuple(self.teardown_notes))
 
 
 STATE_KEY = pytest.StashKey[PluginState]()

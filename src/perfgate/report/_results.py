@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.report._table import render_markdown, rows
-from perfgate.session import GateSession, RepeatResult, WorkloadResult, window_json
+from perfgate.session import RepeatResult, RunSummary, WorkloadResult, window_json
+from perfgate.verdict import MetricRule
 
 RESULTS_SCHEMA = 1
 
@@ -31,7 +32,7 @@ def _plain(obj: Any) -> Any:
 def _repeat_json(rep: RepeatResult) -> dict[str, Any]:
     m = rep.metrics
     return {
-        "values": rep.values(),
+        "values": rep.flat_metrics(),
         "start_s": rep.load.start_s,
         "end_s": rep.load.end_s,
         "client": _plain(rep.load.client),
@@ -61,7 +62,7 @@ def _repeat_json(rep: RepeatResult) -> dict[str, Any]:
     }
 
 
-def _workload_json(res: WorkloadResult, rules: Any) -> dict[str, Any]:
+def _workload_json(res: WorkloadResult, rules: tuple[MetricRule, ...]) -> dict[str, Any]:
     return {
         "workload": res.workload,
         "rules": _plain(rules),
@@ -75,49 +76,44 @@ def _workload_json(res: WorkloadResult, rules: Any) -> dict[str, Any]:
     }
 
 
-def results_document(session: GateSession) -> dict[str, Any]:
-    server = session._server
+def results_document(summary: RunSummary) -> dict[str, Any]:
+    server = summary.server
     return {
         "schema_version": RESULTS_SCHEMA,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "profile": {"name": session.profile.name, "path": str(session.profile.path)},
-        "server": server.provenance() if server else None,
-        "gpus": _plain(session.gpus()),
-        "telemetry_note": session.telemetry_note,
-        "workloads": [_workload_json(r, session.rules(r.workload)) for r in session.results.values()],
-        "errors": {k: str(v) for k, v in session.failures.items()},
+        "profile": {"name": summary.profile_name, "path": summary.profile_path},
+        "server": dict(server.provenance) if server else None,
+        "gpus": _plain(list(summary.gpus)),
+        "telemetry_note": summary.telemetry_note,
+        "workloads": [_workload_json(r, summary.rules.get(r.workload, ())) for r in summary.workloads],
+        "errors": summary.failures,
     }
 
 
-def error_rates(session: GateSession) -> dict[str, float]:
-    """Each workload's allowed error rate, for the summary's failed-requests rows."""
-    return {w.name: w.max_error_rate for w in session.profile.workloads}
-
-
-def markdown_summary(session: GateSession) -> str:
-    lines = [f"## perfgate: {session.profile.name}", ""]
-    server = session._server
+def markdown_summary(summary: RunSummary) -> str:
+    lines = [f"## perfgate: {summary.profile_name}", ""]
+    server = summary.server
     if server is not None:
-        lines.append(f"Target: `{server.kind}` {server.model} ({server.versions.get('server', 'unknown version')})")
+        lines.append(f"Target: `{server.kind}` {server.model} ({server.version or 'unknown version'})")
         lines.append("")
-    lines.append(render_markdown(rows(session.results.values(), error_rates(session))))
-    for name, err in session.failures.items():
+    lines.append(render_markdown(rows(summary)))
+    for name, err in summary.failures.items():
         lines.append(f"\n**{name}**: {err}")
     return "\n".join(lines) + "\n"
 
 
-def write_results(session: GateSession, out_dir: Path, *, step_summary: str | None = None) -> list[Path]:
+def write_results(summary: RunSummary, out_dir: Path, *, step_summary: str | None = None) -> list[Path]:
     """Write results.json and summary.md (and PNG plots with the ``plots`` extra); return the paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    doc = results_document(session)
+    doc = results_document(summary)
     written = []
-    path = out_dir / f"results-{session.profile.name}-{stamp}.json"
+    path = out_dir / f"results-{summary.profile_name}-{stamp}.json"
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc, sort_keys=True, indent=1) + "\n")
     tmp.replace(path)
     written.append(path)
-    md = markdown_summary(session)
+    md = markdown_summary(summary)
     (out_dir / "summary.md").write_text(md)
     written.append(out_dir / "summary.md")
     if step_summary:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 
 from perfgate._stats import median
-from perfgate.session import WorkloadResult
+from perfgate.session import RunSummary
 from perfgate.verdict import fmt_value, unit_of
 
 # Shown for every workload even when not gated, so the table always says what was measured.
@@ -43,11 +43,11 @@ def _verdict_label(status: str, ok: bool) -> str:
     return f"{label} (warning)" if status == "inconclusive" and ok else label
 
 
-def rows(results: Iterable[WorkloadResult], error_rates: Mapping[str, float] | None = None) -> list[Row]:
-    """The summary table. ``error_rates``: each workload's allowed error rate, shown next to its
-    failed requests (a run that failed requests within its allowance is still shown)."""
+def rows(summary: RunSummary) -> list[Row]:
+    """The summary table: each workload's gated metrics, the informative ones, failed requests next
+    to their allowed rate (a run that failed requests within its allowance still shows them)."""
     out: list[Row] = []
-    for res in results:
+    for res in summary.workloads:
         gated = set()
         for v in res.verdict.metrics if res.verdict else ():
             gated.add(v.metric)
@@ -79,7 +79,7 @@ def rows(results: Iterable[WorkloadResult], error_rates: Mapping[str, float] | N
                     _verdict_label(v.status, v.ok),
                 )
             )
-        repeats = res.values()
+        repeats = res.repeat_metrics()
         for metric in INFO_METRICS:
             if metric in gated:
                 continue
@@ -89,7 +89,7 @@ def rows(results: Iterable[WorkloadResult], error_rates: Mapping[str, float] | N
         failed = sum(r.metrics.failed for r in res.repeats)
         total = sum(len(r.load.records) for r in res.repeats)
         if failed:
-            allowed = (error_rates or {}).get(res.workload)
+            allowed = summary.error_rates.get(res.workload)
             limit = f"{allowed:.1%} allowed" if allowed is not None else ""
             out.append(Row(res.workload, "failed_requests", f"{failed} of {total} ({failed / total:.1%})", "", limit, "", "info"))
         if res.error:

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 
 from perfgate.errors import ServerError
+from perfgate.gpu import Hardware
 from perfgate.profile import ServerSpec
 from perfgate.server._gpu_procs import wait_released
 from perfgate.server._locks import hold_gpus
@@ -41,6 +42,27 @@ class RunningServer:
     autotune: dict[str, Any] = field(default_factory=dict)
     # The endpoint that reported versions["server"] (/server_info, /version, /info, /props).
     version_source: str = ""
+
+    @property
+    def telemetry_gpus(self) -> tuple[int | str, ...]:
+        """The GPUs to read power from on this host: the profile's, except for the simulator,
+        whose GPUs are simulated (its dcgm endpoint serves them)."""
+        return () if self.kind == "simulator" else self.gpus
+
+    def hardware(self) -> Hardware | None:
+        """The hardware the server reports about itself where no telemetry can tell: perfgate's
+        simulator lists the GPUs it simulates in /server_info. None for every real server."""
+        sim = self.info.get("perfgate_sim")
+        gpus = sim.get("gpus") if isinstance(sim, dict) else None
+        if not gpus or not isinstance(gpus, list) or not isinstance(gpus[0], dict):
+            return None
+        limit = gpus[0].get("power_limit_w")
+        return Hardware(
+            gpu_model="simulated " + str(gpus[0].get("name", "GPU")),
+            gpu_count=len(gpus),
+            power_limit_w=float(limit) if isinstance(limit, (int, float)) else None,
+            driver_version="",
+        )
 
     def died(self, doing: str) -> ServerError | None:
         """A ServerError with the exit code and log tail when the launched server has exited, else None.

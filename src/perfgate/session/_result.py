@@ -9,6 +9,7 @@ from typing import Any
 from perfgate.baseline import Fingerprint
 from perfgate.load import LoadRun
 from perfgate.metrics import ServingMetrics
+from perfgate.telemetry import TelemetryWindow
 from perfgate.verdict import WorkloadVerdict
 
 
@@ -22,7 +23,7 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
-def window_json(window: Any) -> dict[str, Any]:
+def window_json(window: TelemetryWindow) -> dict[str, Any]:
     """A telemetry window as JSON-able data (non-finite numbers become null)."""
     return _finite(asdict(window))
 
@@ -33,12 +34,14 @@ class RepeatResult:
 
     load: LoadRun
     metrics: ServingMetrics
-    telemetry: Any  # TelemetryWindow, or None when not measured
+    # None when power was not measured; telemetry_note then says why.
+    telemetry: TelemetryWindow | None
     telemetry_note: str = ""
     # Per-GPU samples over the whole measured phase, for plots.
     telemetry_timeline: dict[str, Any] | None = None
 
-    def values(self) -> dict[str, float]:
+    def flat_metrics(self) -> dict[str, float]:
+        """Every number of this repeat under its metric name: serving metrics, then telemetry."""
         values = dict(self.metrics.values)
         if self.telemetry is not None:
             values.update(self.telemetry.metrics())
@@ -76,8 +79,9 @@ class WorkloadResult:
     def valid(self) -> bool:
         return not self.invalid_reasons and not self.error
 
-    def values(self) -> list[dict[str, float]]:
-        return [r.values() for r in self.repeats]
+    def repeat_metrics(self) -> list[dict[str, float]]:
+        """:meth:`RepeatResult.flat_metrics` of every repeat, in order."""
+        return [r.flat_metrics() for r in self.repeats]
 
     def verdict_medians(self) -> dict[str, float | None]:
         """Median over repeats of every gated metric (None where not measured)."""

@@ -6,19 +6,21 @@ The pytest plugin is a thin layer over this class; nothing here imports pytest.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
 
-from perfgate.baseline import Baseline, BaselineStore, Fingerprint, cpu_description, fingerprint_for, others_note, provenance
-from perfgate.errors import BaselineError, LoadError, PerfgateError, ProfileError, ServerError, TelemetryError
+from perfgate.baseline import Baseline, BaselineStore, Fingerprint, fingerprint_for, others_note, provenance
+from perfgate.errors import BaselineError, LoadError, PerfgateError, ProfileError, TelemetryError
+from perfgate.gpu import Hardware, host_without_gpus
 from perfgate.load import ClientLimits, LoadRun, Progress, run_workload
-from perfgate.metrics import compute_metrics
+from perfgate.metrics import ServingMetrics, compute_metrics
 from perfgate.profile import Profile, Workload
 from perfgate.server import RunningServer, ServerConfig, server_config, start_server
 from perfgate.session._result import RepeatResult, WorkloadResult, window_json
-from perfgate.telemetry import NotMeasured, open_monitor
+from perfgate.session._summary import RunSummary, ServerSummary
+from perfgate.telemetry import GpuIdentity, Monitor, NotMeasured, open_monitor
 from perfgate.verdict import MetricRule, WorkloadVerdict, judge, rules_for
 
 
@@ -48,7 +50,7 @@ def _failed_summary(load: LoadRun) -> str:
     return f"{len(failed)} of {len(load.records)} requests failed; first: {failed[0]}"
 
 
-class GateSession:
+class Session:
     """One gate run over a profile.
 
     Everything that can be checked without the server is checked in the constructor (metric
@@ -68,7 +70,7 @@ class GateSession:
         self._server: RunningServer | None = None
         self._server_error: PerfgateError | None = None
         self._config: ServerConfig | None = None
-        self._monitor: Any = None
+        self._monitor: Monitor | None = None
         self.telemetry_note = ""
         self.results: dict[str, WorkloadResult] = {}
         self.failures: dict[str, PerfgateError] = {}
@@ -110,7 +112,7 @@ class GateSession:
 
     def _open_telemetry(self, server: RunningServer) -> None:
         spec = self.profile.telemetry
-        monitor = open_monitor(spec, gpus=self._telemetry_gpus(server), base_url=server.base_url)
+        monitor = open_monitor(spec, gpus=server.telemetry_gpus, base_url=server.base_url)
         if isinstance(monitor, NotMeasured):
             self.telemetry_note = monitor.reason
             if spec.require_power:
@@ -122,23 +124,32 @@ class GateSession:
         self._stack.callback(monitor.stop)
         self._monitor = monitor
 
-    def _telemetry_gpus(self, server: RunningServer) -> tuple[int | str, ...]:
-        if server.kind == "simulator":
-            return ()
-        return self.profile.server.gpus
+    def summary(self, teardown_notes: tuple[str, ...] = ()) -> RunSummary:
+        """The run so far as plain data for reports."""
+        server = None
+        if self._server is not None:
+            s = self._server
+            server = ServerSummary(s.kind, s.model, s.base_url, s.versions.get("server", ""), s.boot_s, s.provenance())
+        return RunSummary(
+            profile_name=self.profile.name,
+            profile_path=str(self.profile.path),
+            server=server,
+            gpus=tuple(self.gpus()),
+            power_source=self._monitor.source if self._monitor is not None else "",
+            telemetry_note=self.telemetry_note,
+            workloads=tuple(self.results.values()),
+            rules={name: tuple(rules) for name, rules in self._rules.items()},
+            error_rates={w.name: w.max_error_rate for w in self.profile.workloads},
+            store_notes=tuple(self.store_notes),
+            teardown_notes=teardown_notes,
+        )
 
-    def gpu_source(self) -> str:
-        return f"telemetry from {self._monitor.source}" if self._monitor is not None else "no telemetry"
-
-    def gpus(self) -> list[Any]:
+    def gpus(self) -> list[GpuIdentity]:
         return self._monitor.gpus() if self._monitor is not None else []
 
     def close(self) -> list[str]:
         self._stack.close()
         return self._server.notes if self._server else []
-
-    def rules(self, workload: str) -> list[MetricRule]:
-        return self._rules[workload]
 
     # -- workloads ------------------------------------------------------------------------
     def repeats_for(self, workload: Workload) -> int:
@@ -218,7 +229,7 @@ class GateSession:
             return judge(
                 workload.name,
                 self._rules[workload.name],
-                [r.values() for r in repeats],
+                [r.flat_metrics() for r in repeats],
                 baseline.repeats if baseline else None,
                 alpha=gate.alpha,
                 require_baseline=gate.require_baseline and not self.options.update_baselines,
@@ -256,13 +267,13 @@ class GateSession:
                 result.verdict = judge(
                     workload.name,
                     self._rules[workload.name],
-                    result.values(),
-                    result.values(),
+                    result.repeat_metrics(),
+                    result.repeat_metrics(),
                     alpha=gate.alpha,
                 )
         return result
 
-    def _with_telemetry(self, load: Any, metrics: Any) -> RepeatResult:
+    def _with_telemetry(self, load: LoadRun, metrics: ServingMetrics) -> RepeatResult:
         """Line telemetry up with the steady window, or the whole measured phase when there is none."""
         if self._monitor is None:
             return RepeatResult(load, metrics, None, self.telemetry_note or "telemetry disabled")
@@ -293,26 +304,18 @@ class GateSession:
                 reasons.append(f"repeat {i}: the load client, not the server, set the pace ({client.reason}): {client.advice}")
         return reasons
 
-    def hardware(self) -> dict[str, Any]:
-        """GPU model, count, enforced limit and driver: from telemetry, else what the simulator reports."""
+    def hardware(self) -> Hardware:
+        """The hardware of this run: from telemetry, else what the server reports about itself
+        (the simulator's GPUs), else the profile's GPUs unread, else the host's processor."""
         gpus = self.gpus()
         if gpus:
-            return {
-                "gpu_model": gpus[0].name,
-                "gpu_count": len(gpus),
-                "power_limit_w": gpus[0].power_limit_w,
-                "driver_version": gpus[0].driver_version,
-            }
-        sim = (self._server.info.get("perfgate_sim") if self._server else None) or {}
-        sim_gpus = sim.get("gpus") or []
-        if sim_gpus:
-            return {
-                "gpu_model": "simulated " + str(sim_gpus[0].get("name", "GPU")),
-                "gpu_count": len(sim_gpus),
-                "power_limit_w": sim_gpus[0].get("power_limit_w"),
-                "driver_version": "",
-            }
-        return {"gpu_model": "unknown", "gpu_count": len(self.profile.server.gpus), "power_limit_w": None, "driver_version": ""}
+            return Hardware(gpus[0].name, len(gpus), gpus[0].power_limit_w, gpus[0].driver_version)
+        reported = self._server.hardware() if self._server is not None else None
+        if reported is not None:
+            return reported
+        if self.profile.server.gpus:
+            return Hardware("unknown", len(self.profile.server.gpus), None, "")
+        return host_without_gpus()
 
     def server_config(self) -> ServerConfig:
         """The server's engine and flags as fingerprints see them (read once: it may run ``--help``)."""
@@ -323,7 +326,6 @@ class GateSession:
     def _fingerprint(self, server: RunningServer, workload: Workload) -> Fingerprint:
         spec = self.profile.server
         config = self.server_config()
-        hardware = self.hardware()
         return fingerprint_for(
             # --perf-base-url attaches to a server started as the profile describes: same fingerprint.
             engine=config.engine,
@@ -331,9 +333,7 @@ class GateSession:
             server_args=config.args,
             flag_aliases=config.flag_aliases,
             workload=workload,
-            # Where no GPU serves, the processor is the hardware.
-            cpu=cpu_description() if not hardware["gpu_count"] else "",
-            **hardware,
+            **asdict(self.hardware()),
         )
 
     def _record(self, workload: Workload, result: WorkloadResult) -> None:
@@ -350,7 +350,7 @@ class GateSession:
             profile=self.profile.name,
             workload=workload.name,
             fingerprint=result.fingerprint,
-            repeats=result.values(),
+            repeats=result.repeat_metrics(),
             telemetry=telemetry,
             provenance=prov,
         )

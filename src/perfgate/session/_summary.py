@@ -1,0 +1,53 @@
+"""What a finished (or stopped) gate run measured and decided, for reports: plain data, no live
+server, monitor or store inside."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from perfgate.session._result import WorkloadResult
+from perfgate.telemetry import GpuIdentity
+from perfgate.verdict import MetricRule
+
+
+@dataclass(frozen=True)
+class ServerSummary:
+    """The server the run measured: ``provenance`` is what baselines store about it (launch
+    command, versions, autotune, /server_info); ``version`` is its own ("" when it reports none)."""
+
+    kind: str
+    model: str
+    base_url: str
+    version: str
+    boot_s: float
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One gate run, as the terminal summary, the results JSON and the Markdown report see it.
+
+    ``workloads``: every workload that ran, in order, one that stopped part-way included (its
+    ``error`` set); ``rules`` and ``error_rates`` (allowed failed-request share) per workload;
+    ``power_source``: where GPU power came from ("" when it was not measured, and
+    ``telemetry_note`` says why); ``notes``: what the baseline store and the teardown reported.
+    """
+
+    profile_name: str
+    profile_path: str
+    server: ServerSummary | None
+    gpus: tuple[GpuIdentity, ...]
+    power_source: str
+    telemetry_note: str
+    workloads: tuple[WorkloadResult, ...]
+    rules: Mapping[str, tuple[MetricRule, ...]]
+    error_rates: Mapping[str, float]
+    store_notes: tuple[str, ...] = ()
+    teardown_notes: tuple[str, ...] = ()
+
+    @property
+    def failures(self) -> dict[str, str]:
+        """workload -> why it stopped, for every workload that did not finish."""
+        return {w.workload: w.error for w in self.workloads if w.error}
