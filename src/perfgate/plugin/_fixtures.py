@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import pytest
 
 from perfgate.errors import PerfgateError
+from perfgate.plugin._benchmark import benchmark_rounds, record
 from perfgate.plugin._gate import GateChecks
 from perfgate.plugin._progress import ProgressLine
 from perfgate.plugin._state import STATE_KEY
@@ -44,18 +45,6 @@ def perf_server(request: pytest.FixtureRequest, perf_session: Session) -> Runnin
     request.config.stash[STATE_KEY].fail_once(error, request.node.nodeid)
 
 
-def _benchmark_rounds(benchmark: Any, first_run: bool) -> Callable[[Callable[[], None], int], None] | None:
-    """Run the repeats as pytest-benchmark rounds, so its JSON storage and ``compare`` see each
-    repeat's wall time; None (plain loop) when benchmarking is off or the workload already ran."""
-    if not first_run or benchmark is None or not getattr(benchmark, "enabled", False):
-        return None
-
-    def rounds(one_repeat: Callable[[], None], n: int) -> None:
-        benchmark.pedantic(one_repeat, rounds=n, iterations=1, warmup_rounds=0)
-
-    return rounds
-
-
 @pytest.fixture
 def perf_result(
     request: pytest.FixtureRequest, perf_session: Session, perf_server: RunningServer, perf_workload: Workload
@@ -65,7 +54,7 @@ def perf_result(
     first = perf_workload.name not in perf_session.results and perf_workload.name not in perf_session.failures
     benchmark = request.getfixturevalue("benchmark") if first and _has_benchmark(request) else None
     try:
-        result = perf_session.run(perf_workload, on_progress=progress, repeat_runner=_benchmark_rounds(benchmark, first))
+        result = perf_session.run(perf_workload, on_progress=progress, repeat_runner=benchmark_rounds(benchmark, first))
     except PerfgateError as e:
         error = e
     else:
@@ -76,9 +65,7 @@ def perf_result(
 
 def _record_properties(request: pytest.FixtureRequest, benchmark: Any, result: WorkloadResult) -> None:
     if benchmark is not None:
-        benchmark.extra_info.update(
-            {"perfgate_workload": result.workload, "perfgate_median": result.verdict_medians(), "unit": "seconds per repeat"}
-        )
+        record(benchmark, result)
     for name, value in sorted(result.repeats[-1].flat_metrics().items()):
         request.node.user_properties.append((f"perf.{name}", round(value, 4)))
 

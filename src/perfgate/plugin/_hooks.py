@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from perfgate.errors import PerfgateError
+from perfgate.plugin._benchmark import BenchmarkHooks
 from perfgate.plugin._state import STATE_KEY, PluginState
 from perfgate.session import RunSummary
 from perfgate.report import render_text, rows, write_results
@@ -17,6 +18,8 @@ from perfgate.server import check_url
 def pytest_configure(config: pytest.Config) -> None:
     _check_options(config)
     config.stash[STATE_KEY] = PluginState(config)
+    if config.pluginmanager.hasplugin("benchmark"):
+        config.pluginmanager.register(BenchmarkHooks(), "perfgate-benchmark")
 
 
 def _check_options(config: pytest.Config) -> None:
