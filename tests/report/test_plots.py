@@ -1,0 +1,54 @@
+"""The per-workload PNG: drawn from a results document with or without telemetry and baseline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from perfgate.report._plots import _baseline_values, write_plots
+
+pytest.importorskip("matplotlib")
+
+
+def _doc(*, power: bool, baseline: float | None) -> dict:
+    requests = [
+        {"error": "", "ttft_s": 0.05 + i / 1000, "latency_s": 0.5 + i / 100, "output_tokens": 16} for i in range(20)
+    ] + [{"error": "HTTP 500", "ttft_s": None, "latency_s": 0.01, "output_tokens": None}]
+    telemetry = (
+        {"timeline": {"gpus": [{"index": 0, "uuid": "GPU-abcd", "t_s": [100.0, 100.5, 101.0], "power_w": [90.0, 240.0, 250.0]}]}}
+        if power
+        else {"not_measured": "telemetry is off"}
+    )
+    verdict = {"metrics": [{"metric": "output_throughput", "baseline": baseline}, {"metric": "mean_ttft_ms", "baseline": None}]}
+    return {
+        "workloads": [
+            {
+                "workload": "c8",
+                "verdict": verdict,
+                "baseline": {"previous": {"mean_tpot_ms": 30.0}},
+                "repeats": [
+                    {
+                        "timeline": {"start_s": 100.0, "bin_s": 0.1, "in_flight": [8] * 10, "output_tokens": [20] * 10},
+                        "steady_window": {"start_s": 100.1, "end_s": 100.8},
+                        "telemetry": telemetry,
+                        "requests": requests,
+                    }
+                ],
+            },
+            {"workload": "stopped-before-any-repeat", "repeats": []},
+        ]
+    }
+
+
+def test_baseline_values_prefer_the_judged_baseline_over_the_previous_one() -> None:
+    wl = _doc(power=False, baseline=200.0)["workloads"][0]
+    wl["baseline"]["previous"]["output_throughput"] = 150.0
+    assert _baseline_values(wl) == {"mean_tpot_ms": 30.0, "output_throughput": 200.0}
+
+
+@pytest.mark.parametrize(("power", "baseline"), [(True, 180.0), (False, None)])
+def test_one_png_per_workload_that_ran(tmp_path: Path, power: bool, baseline: float | None) -> None:
+    (png,) = write_plots(_doc(power=power, baseline=baseline), tmp_path)
+    assert png == tmp_path / "c8.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
