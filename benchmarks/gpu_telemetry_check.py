@@ -3,7 +3,10 @@
 Runs an idle phase, a compute-bound phase (bf16 matmul loop) and a memory-bound phase (large
 device-to-device copies) under perfgate's NVML monitor and prints, per phase: mean power from the
 energy counter, integrated instant power, instant-power percentiles, utilization.gpu, GPM SM /
-tensor / DRAM activity, and the sampler thread's own CPU cost. Needs torch with CUDA and
+tensor / DRAM activity, and the sampler thread's own CPU cost. A second monitor runs alongside
+with the energy counter read every second (the old cadence): the energy-based means of the
+default monitor (counter at the window edges and every --energy-period-s) must agree with it
+within 0.5 %, also over post-hoc windows inside the phases. Needs torch with CUDA and
 nvidia-ml-py. Last stdout line: one JSON object with every figure.
 
     python benchmarks/gpu_telemetry_check.py --phase-s 20
@@ -128,7 +131,9 @@ def main() -> int:
     parser.add_argument("--phase-s", type=float, default=20.0, help="seconds per phase (default 20)")
     parser.add_argument("--interval-s", type=float, default=0.1, help="sampler interval (default 0.1 = 10 Hz)")
     parser.add_argument("--full-period-s", type=float, default=1.0,
-                        help="period of full polls: energy counter, clocks, GPM (default 1)")
+                        help="period of full polls: clock-event counters, clocks, GPM (default 1)")
+    parser.add_argument("--energy-period-s", type=float, default=30.0,
+                        help="period of energy-counter reads between window edges (default 30)")
     parser.add_argument("--device", type=int, default=0, help="CUDA device to load (default 0)")
     parser.add_argument("--matmul-n", type=int, default=8192)
     parser.add_argument("--copy-gib", type=float, default=4.0, help="GiB per copy buffer (default 4)")
@@ -150,7 +155,11 @@ def main() -> int:
     except TelemetryError as err:
         print(f"torch's UUIDs {ids} did not resolve ({err}); using NVML indices {watched}", flush=True)
         source = NvmlSource(pynvml, watched)
-    monitor = Monitor(source, interval_s=args.interval_s, full_period_s=args.full_period_s)
+    monitor = Monitor(source, interval_s=args.interval_s, full_period_s=args.full_period_s,
+                      energy_period_s=args.energy_period_s)
+    # The reference: the same sampler with the energy counter read every second.
+    reference = Monitor(NvmlSource(pynvml, [g.uuid for g in monitor.gpus()]), interval_s=args.interval_s,
+                        full_period_s=args.full_period_s, energy_period_s=1.0)
     for g in monitor.gpus():
         print(f"watching NVML index {g.index}: {g.uuid} pci={g.pci_bus_id}", flush=True)
     ident = next((g for g in monitor.gpus() if g.uuid == uuid), monitor.gpus()[0])
@@ -162,15 +171,17 @@ def main() -> int:
     # The poll and sampler costs below are for all watched GPUs together.
     print(f"CPU us per NVML call: {json.dumps(_round(call_cpu_us))}", flush=True)
     poll_cpu_ms = {}
-    for full in (False, True):
+    for label, full, energy in (("fast", False, False), ("full", True, False), ("full+energy", True, True)):
         c0 = time.thread_time()
         for _ in range(20):
-            monitor.sample_now(full=full)
-        poll_cpu_ms["full" if full else "fast"] = (time.thread_time() - c0) / 20 * 1000
+            monitor.sample_now(full=full, energy=energy)
+        poll_cpu_ms[label] = (time.thread_time() - c0) / 20 * 1000
 
     monitor.start()
+    reference.start()
     phases: dict[str, dict[str, object]] = {}
     steady: dict[str, dict[str, object]] = {}
+    ref_means: dict[str, dict[str, float | None]] = {}
     work: dict[str, dict[str, float]] = {}
     for name, run in (("idle", lambda s: time.sleep(s) or {}),
                       ("matmul_bf16", lambda s: _matmul(s, args.matmul_n)),
@@ -181,11 +192,29 @@ def main() -> int:
         t1 = time.monotonic()
         phases[name] = _figures(monitor.end_window(name), ident.uuid)
         # Post hoc: the middle of the phase, as the load generator's steady-state window would be.
-        steady[name] = _figures(monitor.summarize(t0 + 0.25 * (t1 - t0), t1 - 0.1 * (t1 - t0)), ident.uuid)
+        mid = (t0 + 0.25 * (t1 - t0), t1 - 0.1 * (t1 - t0))
+        steady[name] = _figures(monitor.summarize(*mid), ident.uuid)
+        ref_means[name] = {
+            "phase": _figures(reference.summarize(t0, t1), ident.uuid)["mean_power_w"],  # type: ignore[dict-item]
+            "steady": _figures(reference.summarize(*mid), ident.uuid)["mean_power_w"],  # type: ignore[dict-item]
+        }
         torch.cuda.empty_cache()
         print(f"{name}: {json.dumps(_round(phases[name]))} work={_round(work[name])}", flush=True)
     monitor.stop()
+    reference.stop()
     cpu_pct = monitor.sampler_cpu_pct
+    cpu_pct_per_gpu = cpu_pct / len(monitor.gpus()) if cpu_pct is not None else None
+
+    def diff_pct(new: object, ref: object) -> float | None:
+        return abs(new - ref) / ref * 100 if isinstance(new, float) and isinstance(ref, float) and ref else None
+
+    cadence = {
+        name: {
+            "phase_pct": diff_pct(phases[name]["mean_power_w"], ref_means[name]["phase"]),
+            "steady_pct": diff_pct(steady[name]["mean_power_w"], ref_means[name]["steady"]),
+        }
+        for name in phases
+    }
 
     def agree(phase: dict[str, object]) -> float | None:
         e, i = phase["mean_power_w"], phase["integrated_power_w"]
@@ -208,13 +237,19 @@ def main() -> int:
         "energy_vs_integrated_pct": disagreement,
         "tensor_gap_pct": tensor_gap,
         "sampler_cpu_pct_of_core": cpu_pct,
+        "sampler_cpu_pct_of_core_per_gpu": cpu_pct_per_gpu,
+        "reference_sampler_cpu_pct_of_core": reference.sampler_cpu_pct,
+        "energy_period_s": args.energy_period_s,
+        "mean_power_vs_1s_energy_reads": cadence,
         "poll_cpu_ms": poll_cpu_ms,
         "nvml_call_cpu_us": call_cpu_us,
         "checks": {
             "loaded_power_agrees_within_3pct": all(
                 d is not None and d <= 3.0 for n, d in disagreement.items() if n != "idle"),
             "tensor_separates_phases": tensor_gap is not None and tensor_gap >= 20.0,
-            "sampler_below_1pct_core": cpu_pct is not None and cpu_pct < 1.0,
+            "sampler_below_0_25pct_core_per_gpu": cpu_pct_per_gpu is not None and cpu_pct_per_gpu < 0.25,
+            "means_within_0_5pct_of_1s_energy_reads": all(
+                d is not None and d <= 0.5 for c in cadence.values() for d in c.values()),
         },
     }
     print(json.dumps(_round(result)))

@@ -48,8 +48,9 @@ def test_unknown_gpu_is_a_telemetry_error_listing_visible_gpus():
 
 def test_windows_give_true_power_energy_and_gpm_activity():
     clock, nv = make(2)
-    monitor = Monitor(NvmlSource(nv, [0, 1]), clock=clock)
-    monitor.sample_now(full=True)
+    # Energy read once a second here, so every whole-second sub-window is bracketed by readings.
+    monitor = Monitor(NvmlSource(nv, [0, 1]), clock=clock, energy_period_s=1.0)
+    monitor.mark()
     nv.set_tensor(0, 80.0)
     start = monitor.begin_window("load")
     run(monitor, clock, 3.0, each=lambda i: nv.set_power(1, 500.0) if i == 9 else None)
@@ -61,7 +62,7 @@ def test_windows_give_true_power_energy_and_gpm_activity():
     assert g0.nvlink_tx_mib_s is None and g0.pcie_tx_mib_s == 12.5
     assert g0.util_gpu_pct == 100.0 and g0.temperature_max_c == 40.0
     assert window.start_s == start and window.source == "nvml"
-    # Instant power every tick, the costly energy counter only on full (1 Hz) polls.
+    # Instant power every tick, the costly energy counter only at marks and every energy_period_s.
     assert nv.calls["nvmlDeviceGetFieldValues"] > 5 * nv.calls["nvmlDeviceGetTotalEnergyConsumption"]
     # Post hoc: any sub-window of the recorded data, e.g. the part after the step.
     late = monitor.summarize(start + 1.0, start + 3.0)
@@ -77,8 +78,8 @@ def test_failing_field_counter_reset_and_lost_gpu_are_notes_not_crashes():
     nv.gpus[0].fail["nvmlDeviceGetTemperature"] = nv.NVML_ERROR_UNKNOWN
     nv.gpus[2].unsupported_fields.add(nv.NVML_FI_DEV_POWER_INSTANT)
     nv.gpus[2].gpm = False
-    monitor = Monitor(NvmlSource(nv, [0, 1, 2]), clock=clock)
-    monitor.sample_now(full=True)
+    monitor = Monitor(NvmlSource(nv, [0, 1, 2]), clock=clock, energy_period_s=1.0)
+    monitor.mark()
     start = clock.now
 
     def events(i: int) -> None:
@@ -88,7 +89,7 @@ def test_failing_field_counter_reset_and_lost_gpu_are_notes_not_crashes():
             nv.gpus[0].lost = True
 
     run(monitor, clock, 4.0, each=events)
-    monitor.sample_now(full=True)
+    monitor.mark()
     window = monitor.summarize(start, clock.now)
     notes = "\n".join(window.notes)
     g0, g1, g2 = window.gpus
@@ -153,13 +154,13 @@ def test_auto_without_gpu_on_this_machine_is_not_measured():
 
 @settings(max_examples=25, deadline=None)
 @given(st.lists(st.floats(60, 750), min_size=12, max_size=40))
-def test_counter_read_at_1hz_gives_exact_energy_between_full_polls(powers):
+def test_counter_read_at_the_edges_gives_exact_energy_between_them(powers):
     clock, nv = make(1)
     monitor = Monitor(NvmlSource(nv, ["0"]), clock=clock)
-    monitor.sample_now(full=True)
+    monitor.mark()
     start = clock.now
     run(monitor, clock, len(powers) * 0.1, each=lambda i: nv.set_power(0, powers[i]))
-    monitor.sample_now(full=True)
+    monitor.mark()
     # The fake's power changes right after each tick's clock step: 300 W for the first tick,
     # then powers[i] until the next one; the last value holds for no time.
     truth = 300.0 * 0.1 + sum(p * 0.1 for p in powers[:-1])
@@ -184,3 +185,24 @@ def test_window_misuse_is_a_clear_error():
     with pytest.raises(TelemetryError, match="interval_s must be > 0"):
         Monitor(NvmlSource(nv, [0]), interval_s=0)
     assert nv.initialised == 0
+
+
+def test_energy_counter_is_read_at_marks_and_every_energy_period_only():
+    clock, nv = make(1)
+    monitor = Monitor(NvmlSource(nv, [0]), clock=clock, energy_period_s=30.0)
+    monitor.mark()
+    start = clock.now
+    reads0 = nv.calls["nvmlDeviceGetTotalEnergyConsumption"]
+    # 300 W for 2 s, then 600 W for 2 s: between the two marks the counter is not read at all.
+    run(monitor, clock, 4.0, each=lambda i: nv.set_power(0, 600.0) if i == 19 else None)
+    assert nv.calls["nvmlDeviceGetTotalEnergyConsumption"] == reads0
+    monitor.mark()
+    (whole,) = monitor.summarize(start, clock.now).gpus
+    assert math.isclose(whole.energy_j, 300.0 * 2 + 600.0 * 2, abs_tol=0.01)
+    # A sub-window follows the 10 Hz instant-power trace between the two exact readings.
+    (late,) = monitor.summarize(start + 2.5, start + 3.5).gpus
+    assert late.power_method == "energy_counter" and math.isclose(late.mean_power_w, 600.0, rel_tol=0.01)
+    # The period still applies while nothing marks: a counter reset can cost at most that long.
+    run(monitor, clock, 31.0)
+    assert nv.calls["nvmlDeviceGetTotalEnergyConsumption"] == reads0 + 2
+    monitor.stop()

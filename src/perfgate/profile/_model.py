@@ -90,9 +90,12 @@ class TelemetrySpec:
     dcgm_endpoints: tuple[str, ...] = key(str_list, 'dcgm-exporter /metrics URLs; "{base_url}" expands to the server\'s',
                                           default=())
     interval_s: float = key(number(0.01), "sampling period of instant power", default=0.1)
-    # One NVML energy read costs ~3 ms of CPU on an H200 driver, so per-tick reads would cost ~3 % of a core per GPU.
-    counter_period_s: float = key(number(0.1), "period of the costly reads (energy and throttle counters, GPM, "
+    counter_period_s: float = key(number(0.1), "period of the slow reads (clock-event counters, GPM, utilization, "
                                   "clocks); also read at window edges", default=1.0)
+    # One NVML energy read costs ~3 ms of driver CPU per GPU on an H200: read at each measured
+    # phase's edges, and this often in between so that a counter reset loses little.
+    energy_period_s: float = key(number(1.0), "period of energy-counter reads between the reads at every measured "
+                                 "phase's start and end (one read costs ~3 ms of driver CPU per GPU)", default=30.0)
     require_power: bool = key(boolean, "fail the run when power cannot be measured (else: reported as not measured)",
                               default=False)
 

@@ -196,6 +196,9 @@ class Session:
 
         def one_repeat() -> None:
             doing = f"during workload {workload.name} (repeat {len(repeats) + 1})"
+            if self._monitor is not None:
+                # Energy-counter reads bracket the run, so its windows' energy is exact at the edges.
+                self._monitor.mark()
             try:
                 load = run_workload(
                     server.base_url,
@@ -211,6 +214,8 @@ class Session:
                 # Requests to a dead server fail as connection errors: say that the server died, and how.
                 self._check_server(server, f"{doing}: {e}")
                 raise
+            if self._monitor is not None:
+                self._monitor.mark()
             self._check_server(server, f"{doing}: {_failed_summary(load)}")
             metrics = compute_metrics(load, target_concurrency=min(workload.concurrency, workload.num_prompts))
             repeats.append(self._with_telemetry(load, metrics))

@@ -142,10 +142,11 @@ class DcgmSource:
     def identities(self) -> list[GpuIdentity]:
         return list(self._idents)
 
-    def poll(self, clock: Callable[[], float], *, full: bool) -> Batch:
+    def poll(self, clock: Callable[[], float], *, full: bool, energy: bool) -> Batch:
         """Scrape every endpoint once; GPUs whose values did not change since the last scrape
-        (the exporter has not collected again) yield nothing. ``full`` is ignored: DCGM's
-        profiling values are already averages over its collection period."""
+        (the exporter has not collected again) yield nothing. ``full`` and ``energy`` are ignored:
+        one scrape returns everything, and DCGM's profiling values are already averages over its
+        collection period."""
         samples: list[GpuSample] = []
         spans: list[ActivitySpan] = []
         events: list[Event] = []

@@ -30,7 +30,7 @@ class Source(Protocol):
 
     def identities(self) -> list[GpuIdentity]: ...
 
-    def poll(self, clock: Callable[[], float], *, full: bool) -> Batch: ...
+    def poll(self, clock: Callable[[], float], *, full: bool, energy: bool) -> Batch: ...
 
     def close(self) -> None: ...
 
@@ -38,21 +38,26 @@ class Source(Protocol):
 class Monitor:
     """Samples ``source`` every ``interval_s`` on a background thread and keeps every sample.
 
-    Every ``full_period_s`` (and at window boundaries) a tick is "full": it also reads the energy
-    counter and the slow values (utilization, clocks, temperature, clock-event counters) and
-    closes an activity (GPM) span, so post-hoc windows' activity is bracketed to within that
-    period. ``clock`` is ``time.monotonic`` except in tests. :meth:`sample_now` drives it
-    without the thread. :attr:`sampler_cpu_pct` reports the thread's own CPU cost.
+    Every ``full_period_s`` a tick is "full": it also reads the slow values (utilization, clocks,
+    temperature, clock-event counters) and closes an activity (GPM) span, so post-hoc windows'
+    activity is bracketed to within that period. The energy counter, by far the costliest read
+    (~3 ms of driver CPU per GPU on an H200), is read at every :meth:`mark` (window edges; the
+    session marks each measured phase's start and end) and otherwise every ``energy_period_s``,
+    often enough to bound what a counter reset can cost; between readings a window's energy
+    follows the 10 Hz instant-power trace (see ``_window.energy_counter``). ``clock`` is
+    ``time.monotonic`` except in tests. :meth:`sample_now` drives it without the thread.
+    :attr:`sampler_cpu_pct` reports the thread's own CPU cost.
     """
 
     def __init__(self, source: Source, *, interval_s: float = 0.1, full_period_s: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 energy_period_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
         if interval_s <= 0:
             source.close()
             raise TelemetryError(f"[telemetry].interval_s must be > 0, got {interval_s}")
         self._source = source
         self._interval_s = interval_s
         self._full_period_s = full_period_s
+        self._energy_period_s = energy_period_s
         self._clock = clock
         self._idents = source.identities()
         self._samples: dict[str, list[GpuSample]] = {i.uuid: [] for i in self._idents}
@@ -63,6 +68,7 @@ class Monitor:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_full_s = -float("inf")
+        self._last_energy_s = -float("inf")
         self._cpu_s = 0.0
         self._wall_s = 0.0
         self._closed = False
@@ -77,27 +83,35 @@ class Monitor:
 
     # -- sampling ------------------------------------------------------------------------
 
-    def sample_now(self, *, full: bool | None = None) -> None:
-        """Take one sample of every GPU now; a full one when due (or when asked)."""
+    def sample_now(self, *, full: bool | None = None, energy: bool | None = None) -> None:
+        """Take one sample of every GPU now; full and with the energy counter when due (or when asked)."""
         with self._lock:
             if self._closed:
                 return
             now = self._clock()
             due = full if full is not None else now - self._last_full_s >= self._full_period_s
-            batch = self._source.poll(self._clock, full=due)
+            read_energy = energy if energy is not None else now - self._last_energy_s >= self._energy_period_s
+            batch = self._source.poll(self._clock, full=due, energy=read_energy)
             if due:
                 self._last_full_s = now
+            if read_energy:
+                self._last_energy_s = now
             for s in batch.samples:
                 self._samples[s.uuid].append(s)
             for span in batch.spans:
                 self._spans[span.uuid].append(span)
             self._events.extend(batch.events)
 
+    def mark(self) -> None:
+        """Read everything now, the energy counter included: call it at the edges of what will be
+        summarised (a measured phase), so its energy is exact there."""
+        self.sample_now(full=True, energy=True)
+
     def start(self) -> None:
         """Take a first sample and start the sampler thread."""
         if self._thread is not None or self._closed:
             raise RuntimeError("a Monitor can be started once")
-        self.sample_now(full=True)
+        self.mark()
         self._thread = threading.Thread(target=self._run, name="perfgate-telemetry", daemon=True)
         self._thread.start()
 
@@ -128,7 +142,7 @@ class Monitor:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        self.sample_now(full=True)
+        self.mark()
         with self._lock:
             self._closed = True
             self._source.close()
@@ -151,7 +165,7 @@ class Monitor:
         """Open a named live window now (samples and closes an activity span); returns its start."""
         if name in self._windows:
             raise ValueError(f"telemetry window {name!r} is already open")
-        self.sample_now(full=True)
+        self.mark()
         start_s = self._clock()
         self._windows[name] = start_s
         return start_s
@@ -163,7 +177,7 @@ class Monitor:
         except KeyError:
             raise ValueError(f"telemetry window {name!r} was never begun") from None
         end_s = self._clock()
-        self.sample_now(full=True)
+        self.mark()
         return self.summarize(start_s, end_s)
 
     def summarize(self, start_s: float, end_s: float) -> TelemetryWindow:
@@ -222,6 +236,16 @@ def _near(samples: list[GpuSample], start_s: float, end_s: float) -> list[GpuSam
     return samples[lo: hi + 1]
 
 
+def _monitor(source: Source, spec: TelemetrySpec, clock: Callable[[], float]) -> Monitor:
+    return Monitor(
+        source,
+        interval_s=spec.interval_s,
+        full_period_s=spec.counter_period_s,
+        energy_period_s=spec.energy_period_s,
+        clock=clock,
+    )
+
+
 def open_monitor(spec: TelemetrySpec, *, gpus: Sequence[int | str], base_url: str = "",
                  nvml: Any = None, clock: Callable[[], float] = time.monotonic) -> Monitor | NotMeasured:
     """A started-ready :class:`Monitor` for ``spec``, or :class:`NotMeasured` saying why not.
@@ -237,7 +261,7 @@ def open_monitor(spec: TelemetrySpec, *, gpus: Sequence[int | str], base_url: st
     if spec.source in ("auto", "nvml"):
         try:
             source: Source = NvmlSource(nvml if nvml is not None else load_nvml(), gpus)
-            return Monitor(source, interval_s=spec.interval_s, full_period_s=spec.counter_period_s, clock=clock)
+            return _monitor(source, spec, clock)
         except NvmlUnavailable as err:
             if spec.source == "nvml":
                 return NotMeasured(str(err))
@@ -248,7 +272,6 @@ def open_monitor(spec: TelemetrySpec, *, gpus: Sequence[int | str], base_url: st
             reasons.append(str(err))
     endpoints = [e.replace("{base_url}", base_url.rstrip("/")) for e in spec.dcgm_endpoints]
     if spec.source == "dcgm" or endpoints:
-        source = DcgmSource(endpoints, gpus)
-        return Monitor(source, interval_s=spec.interval_s, full_period_s=spec.counter_period_s, clock=clock)
+        return _monitor(DcgmSource(endpoints, gpus), spec, clock)
     return NotMeasured("; ".join(reasons) + "; and no [telemetry].dcgm_endpoints are configured")
 

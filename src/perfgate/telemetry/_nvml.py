@@ -39,8 +39,9 @@ _THROTTLE_FIELDS = {
 
 # Read every tick. On the H200 here a field read of instant power cost ~3 us of CPU, while the
 # energy counter cost ~2.9 ms (nvmlDeviceGetTotalEnergyConsumption; ~3.8 ms as a field) and the
-# clock-event counters ~0.4 ms: those are read on full polls only (1 Hz), and _window spreads each
-# counter step over the 10 Hz instant-power shape.
+# clock-event counters ~0.4 ms: the clock-event counters are read on full polls (1 Hz), the energy
+# counter only when asked (window edges, every energy_period_s), and _window spreads each counter
+# step over the 10 Hz instant-power shape.
 _FAST_FIELDS = {"power_instant": "NVML_FI_DEV_POWER_INSTANT"}
 
 _TOPOLOGY = {0: "internal", 10: "single", 20: "multiple", 30: "hostbridge", 40: "node", 50: "system"}
@@ -153,11 +154,11 @@ class NvmlSource:
 
     # -- every tick ----------------------------------------------------------------------
 
-    def poll(self, clock: Callable[[], float], *, full: bool) -> Batch:
-        """Read every live GPU once: instant power always; with ``full`` also the energy counter,
-        utilization, clocks, temperature, memory, clock-event counters and a GPM sample (closing a
-        span). Only instant power is cheap enough for 10 Hz (see _FAST_FIELDS); the counters read
-        on full polls are cumulative and lose nothing at 1 Hz."""
+    def poll(self, clock: Callable[[], float], *, full: bool, energy: bool) -> Batch:
+        """Read every live GPU once: instant power always; with ``full`` also utilization, clocks,
+        temperature, memory, clock-event counters and a GPM sample (closing a span); with
+        ``energy`` the energy counter. Only instant power is cheap enough for 10 Hz (see
+        _FAST_FIELDS); the counters are cumulative and lose nothing between reads."""
         samples: list[GpuSample] = []
         spans: list[ActivitySpan] = []
         events: list[Event] = []
@@ -165,7 +166,7 @@ class NvmlSource:
             if g.lost:
                 continue
             try:
-                samples.append(self._sample(g, clock, events, full))
+                samples.append(self._sample(g, clock, events, full, energy))
                 if full and g.ident.gpm_supported:
                     span = self._gpm(g, clock, events)
                     if span is not None:
@@ -198,11 +199,11 @@ class NvmlSource:
             self._seen.add(key)
             events.append(Event(t, f"{g.ident.label}: {what} unreadable ({err}) at t={t:.3f}s"))
 
-    def _sample(self, g: _Gpu, clock: Callable[[], float], events: list[Event], full: bool) -> GpuSample:
+    def _sample(self, g: _Gpu, clock: Callable[[], float], events: list[Event], full: bool, energy: bool) -> GpuSample:
         nvml = self._nvml
         fast = self._fields(g, g.fast_fields, clock, events)
         energy_mj = None
-        if full:
+        if energy:
             energy_mj = self._read(g, "energy counter", events, clock, nvml.nvmlDeviceGetTotalEnergyConsumption)
         t = clock()
         instant_mw = fast.get("power_instant")
