@@ -5,7 +5,7 @@ device-to-device copies) under perfgate's NVML monitor and prints, per phase: me
 energy counter, integrated instant power, instant-power percentiles, utilization.gpu, GPM SM /
 tensor / DRAM activity, and the sampler thread's own CPU cost. A second monitor runs alongside
 with the energy counter read every second (the old cadence): the energy-based means of the
-default monitor (counter at the window edges and every --energy-period-s) must agree with it
+default monitor (counters at the window edges and every --counter-period-s) must agree with it
 within 0.5 %, also over post-hoc windows inside the phases. Needs torch with CUDA and
 nvidia-ml-py. Last stdout line: one JSON object with every figure.
 
@@ -130,10 +130,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--phase-s", type=float, default=20.0, help="seconds per phase (default 20)")
     parser.add_argument("--interval-s", type=float, default=0.1, help="sampler interval (default 0.1 = 10 Hz)")
-    parser.add_argument("--full-period-s", type=float, default=1.0,
-                        help="period of full polls: clock-event counters, clocks, GPM (default 1)")
-    parser.add_argument("--energy-period-s", type=float, default=30.0,
-                        help="period of energy-counter reads between window edges (default 30)")
+    parser.add_argument("--activity-period-s", type=float, default=1.0,
+                        help="period of the slow reads: GPM, utilization, clocks (default 1)")
+    parser.add_argument("--counter-period-s", type=float, default=30.0,
+                        help="period of energy and clock-event counter reads between window edges (default 30)")
     parser.add_argument("--device", type=int, default=0, help="CUDA device to load (default 0)")
     parser.add_argument("--matmul-n", type=int, default=8192)
     parser.add_argument("--copy-gib", type=float, default=4.0, help="GiB per copy buffer (default 4)")
@@ -155,11 +155,11 @@ def main() -> int:
     except TelemetryError as err:
         print(f"torch's UUIDs {ids} did not resolve ({err}); using NVML indices {watched}", flush=True)
         source = NvmlSource(pynvml, watched)
-    monitor = Monitor(source, interval_s=args.interval_s, full_period_s=args.full_period_s,
-                      energy_period_s=args.energy_period_s)
+    monitor = Monitor(source, interval_s=args.interval_s, activity_period_s=args.activity_period_s,
+                      counter_period_s=args.counter_period_s)
     # The reference: the same sampler with the energy counter read every second.
     reference = Monitor(NvmlSource(pynvml, [g.uuid for g in monitor.gpus()]), interval_s=args.interval_s,
-                        full_period_s=args.full_period_s, energy_period_s=1.0)
+                        activity_period_s=args.activity_period_s, counter_period_s=1.0)
     for g in monitor.gpus():
         print(f"watching NVML index {g.index}: {g.uuid} pci={g.pci_bus_id}", flush=True)
     ident = next((g for g in monitor.gpus() if g.uuid == uuid), monitor.gpus()[0])
@@ -171,10 +171,10 @@ def main() -> int:
     # The poll and sampler costs below are for all watched GPUs together.
     print(f"CPU us per NVML call: {json.dumps(_round(call_cpu_us))}", flush=True)
     poll_cpu_ms = {}
-    for label, full, energy in (("fast", False, False), ("full", True, False), ("full+energy", True, True)):
+    for label, full, counters in (("fast", False, False), ("full", True, False), ("full+counters", True, True)):
         c0 = time.thread_time()
         for _ in range(20):
-            monitor.sample_now(full=full, energy=energy)
+            monitor.sample_now(full=full, counters=counters)
         poll_cpu_ms[label] = (time.thread_time() - c0) / 20 * 1000
 
     monitor.start()
@@ -230,7 +230,7 @@ def main() -> int:
         "watched_gpus": [g.uuid for g in monitor.gpus()],
         "phase_s": args.phase_s,
         "interval_s": args.interval_s,
-        "full_period_s": args.full_period_s,
+        "activity_period_s": args.activity_period_s,
         "phases": phases,
         "steady_windows": steady,
         "work": work,
@@ -239,7 +239,7 @@ def main() -> int:
         "sampler_cpu_pct_of_core": cpu_pct,
         "sampler_cpu_pct_of_core_per_gpu": cpu_pct_per_gpu,
         "reference_sampler_cpu_pct_of_core": reference.sampler_cpu_pct,
-        "energy_period_s": args.energy_period_s,
+        "counter_period_s": args.counter_period_s,
         "mean_power_vs_1s_energy_reads": cadence,
         "poll_cpu_ms": poll_cpu_ms,
         "nvml_call_cpu_us": call_cpu_us,

@@ -49,7 +49,7 @@ def test_unknown_gpu_is_a_telemetry_error_listing_visible_gpus():
 def test_windows_give_true_power_energy_and_gpm_activity():
     clock, nv = make(2)
     # Energy read once a second here, so every whole-second sub-window is bracketed by readings.
-    monitor = Monitor(NvmlSource(nv, [0, 1]), clock=clock, energy_period_s=1.0)
+    monitor = Monitor(NvmlSource(nv, [0, 1]), clock=clock, counter_period_s=1.0)
     monitor.mark()
     nv.set_tensor(0, 80.0)
     start = monitor.begin_window("load")
@@ -62,7 +62,7 @@ def test_windows_give_true_power_energy_and_gpm_activity():
     assert g0.nvlink_tx_mib_s is None and g0.pcie_tx_mib_s == 12.5
     assert g0.util_gpu_pct == 100.0 and g0.temperature_max_c == 40.0
     assert window.start_s == start and window.source == "nvml"
-    # Instant power every tick, the costly energy counter only at marks and every energy_period_s.
+    # Instant power every tick, the costly energy counter only at marks and every counter_period_s.
     assert nv.calls["nvmlDeviceGetFieldValues"] > 5 * nv.calls["nvmlDeviceGetTotalEnergyConsumption"]
     # Post hoc: any sub-window of the recorded data, e.g. the part after the step.
     late = monitor.summarize(start + 1.0, start + 3.0)
@@ -78,7 +78,7 @@ def test_failing_field_counter_reset_and_lost_gpu_are_notes_not_crashes():
     nv.gpus[0].fail["nvmlDeviceGetTemperature"] = nv.NVML_ERROR_UNKNOWN
     nv.gpus[2].unsupported_fields.add(nv.NVML_FI_DEV_POWER_INSTANT)
     nv.gpus[2].gpm = False
-    monitor = Monitor(NvmlSource(nv, [0, 1, 2]), clock=clock, energy_period_s=1.0)
+    monitor = Monitor(NvmlSource(nv, [0, 1, 2]), clock=clock, counter_period_s=1.0)
     monitor.mark()
     start = clock.now
 
@@ -187,9 +187,9 @@ def test_window_misuse_is_a_clear_error():
     assert nv.initialised == 0
 
 
-def test_energy_counter_is_read_at_marks_and_every_energy_period_only():
+def test_counters_are_read_at_marks_and_every_counter_period_only():
     clock, nv = make(1)
-    monitor = Monitor(NvmlSource(nv, [0]), clock=clock, energy_period_s=30.0)
+    monitor = Monitor(NvmlSource(nv, [0]), clock=clock, counter_period_s=30.0)
     monitor.mark()
     start = clock.now
     reads0 = nv.calls["nvmlDeviceGetTotalEnergyConsumption"]

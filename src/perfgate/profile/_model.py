@@ -90,12 +90,13 @@ class TelemetrySpec:
     dcgm_endpoints: tuple[str, ...] = key(str_list, 'dcgm-exporter /metrics URLs; "{base_url}" expands to the server\'s',
                                           default=())
     interval_s: float = key(number(0.01), "sampling period of instant power", default=0.1)
-    counter_period_s: float = key(number(0.1), "period of the slow reads (clock-event counters, GPM, utilization, "
-                                  "clocks); also read at window edges", default=1.0)
-    # One NVML energy read costs ~3 ms of driver CPU per GPU on an H200: read at each measured
-    # phase's edges, and this often in between so that a counter reset loses little.
-    energy_period_s: float = key(number(1.0), "period of energy-counter reads between the reads at every measured "
-                                 "phase's start and end (one read costs ~3 ms of driver CPU per GPU)", default=30.0)
+    activity_period_s: float = key(number(0.1), "period of the slow reads (GPM activity, utilization, clocks, "
+                                   "temperature); also read at window edges", default=1.0)
+    # One NVML energy read costs ~3-4 ms of driver CPU per GPU on an H200, the clock-event counters
+    # ~0.4-0.8 ms: read at each measured phase's edges, and this often in between so that a
+    # counter reset loses little.
+    counter_period_s: float = key(number(1.0), "period of the cumulative-counter reads (energy, clock-event time) "
+                                  "between the reads at every measured phase's start and end", default=30.0)
     require_power: bool = key(boolean, "fail the run when power cannot be measured (else: reported as not measured)",
                               default=False)
 

@@ -142,9 +142,9 @@ class DcgmSource:
     def identities(self) -> list[GpuIdentity]:
         return list(self._idents)
 
-    def poll(self, clock: Callable[[], float], *, full: bool, energy: bool) -> Batch:
+    def poll(self, clock: Callable[[], float], *, full: bool, counters: bool) -> Batch:
         """Scrape every endpoint once; GPUs whose values did not change since the last scrape
-        (the exporter has not collected again) yield nothing. ``full`` and ``energy`` are ignored:
+        (the exporter has not collected again) yield nothing. ``full`` and ``counters`` are ignored:
         one scrape returns everything, and DCGM's profiling values are already averages over its
         collection period."""
         samples: list[GpuSample] = []

@@ -30,7 +30,7 @@ class Source(Protocol):
 
     def identities(self) -> list[GpuIdentity]: ...
 
-    def poll(self, clock: Callable[[], float], *, full: bool, energy: bool) -> Batch: ...
+    def poll(self, clock: Callable[[], float], *, full: bool, counters: bool) -> Batch: ...
 
     def close(self) -> None: ...
 
@@ -38,26 +38,27 @@ class Source(Protocol):
 class Monitor:
     """Samples ``source`` every ``interval_s`` on a background thread and keeps every sample.
 
-    Every ``full_period_s`` a tick is "full": it also reads the slow values (utilization, clocks,
-    temperature, clock-event counters) and closes an activity (GPM) span, so post-hoc windows'
-    activity is bracketed to within that period. The energy counter, by far the costliest read
-    (~3 ms of driver CPU per GPU on an H200), is read at every :meth:`mark` (window edges; the
-    session marks each measured phase's start and end) and otherwise every ``energy_period_s``,
-    often enough to bound what a counter reset can cost; between readings a window's energy
-    follows the 10 Hz instant-power trace (see ``_window.energy_counter``). ``clock`` is
+    Every ``activity_period_s`` a tick is "full": it also reads the slow values (utilization,
+    clocks, temperature) and closes an activity (GPM) span, so post-hoc windows' activity is
+    bracketed to within that period. The cumulative counters (energy, clock-event time), by far
+    the costliest reads (~3-4 ms and ~0.4-0.8 ms of driver CPU per GPU on an H200), are read at
+    every :meth:`mark` (window edges; the session marks each measured phase's start and end) and
+    otherwise every ``counter_period_s``, often enough to bound what a counter reset can cost;
+    between readings a window's energy follows the 10 Hz instant-power trace (see
+    ``_window.energy_counter``). ``clock`` is
     ``time.monotonic`` except in tests. :meth:`sample_now` drives it without the thread.
     :attr:`sampler_cpu_pct` reports the thread's own CPU cost.
     """
 
-    def __init__(self, source: Source, *, interval_s: float = 0.1, full_period_s: float = 1.0,
-                 energy_period_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, source: Source, *, interval_s: float = 0.1, activity_period_s: float = 1.0,
+                 counter_period_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
         if interval_s <= 0:
             source.close()
             raise TelemetryError(f"[telemetry].interval_s must be > 0, got {interval_s}")
         self._source = source
         self._interval_s = interval_s
-        self._full_period_s = full_period_s
-        self._energy_period_s = energy_period_s
+        self._activity_period_s = activity_period_s
+        self._counter_period_s = counter_period_s
         self._clock = clock
         self._idents = source.identities()
         self._samples: dict[str, list[GpuSample]] = {i.uuid: [] for i in self._idents}
@@ -68,7 +69,7 @@ class Monitor:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_full_s = -float("inf")
-        self._last_energy_s = -float("inf")
+        self._last_counters_s = -float("inf")
         self._cpu_s = 0.0
         self._wall_s = 0.0
         self._closed = False
@@ -83,19 +84,19 @@ class Monitor:
 
     # -- sampling ------------------------------------------------------------------------
 
-    def sample_now(self, *, full: bool | None = None, energy: bool | None = None) -> None:
-        """Take one sample of every GPU now; full and with the energy counter when due (or when asked)."""
+    def sample_now(self, *, full: bool | None = None, counters: bool | None = None) -> None:
+        """Take one sample of every GPU now; full and with the counters when due (or when asked)."""
         with self._lock:
             if self._closed:
                 return
             now = self._clock()
-            due = full if full is not None else now - self._last_full_s >= self._full_period_s
-            read_energy = energy if energy is not None else now - self._last_energy_s >= self._energy_period_s
-            batch = self._source.poll(self._clock, full=due, energy=read_energy)
+            due = full if full is not None else now - self._last_full_s >= self._activity_period_s
+            read_counters = counters if counters is not None else now - self._last_counters_s >= self._counter_period_s
+            batch = self._source.poll(self._clock, full=due, counters=read_counters)
             if due:
                 self._last_full_s = now
-            if read_energy:
-                self._last_energy_s = now
+            if read_counters:
+                self._last_counters_s = now
             for s in batch.samples:
                 self._samples[s.uuid].append(s)
             for span in batch.spans:
@@ -103,9 +104,9 @@ class Monitor:
             self._events.extend(batch.events)
 
     def mark(self) -> None:
-        """Read everything now, the energy counter included: call it at the edges of what will be
-        summarised (a measured phase), so its energy is exact there."""
-        self.sample_now(full=True, energy=True)
+        """Read everything now, the counters included: call it at the edges of what will be
+        summarised (a measured phase), so its energy and clock-event time are exact there."""
+        self.sample_now(full=True, counters=True)
 
     def start(self) -> None:
         """Take a first sample and start the sampler thread."""
@@ -240,8 +241,8 @@ def _monitor(source: Source, spec: TelemetrySpec, clock: Callable[[], float]) ->
     return Monitor(
         source,
         interval_s=spec.interval_s,
-        full_period_s=spec.counter_period_s,
-        energy_period_s=spec.energy_period_s,
+        activity_period_s=spec.activity_period_s,
+        counter_period_s=spec.counter_period_s,
         clock=clock,
     )
 

@@ -37,11 +37,10 @@ _THROTTLE_FIELDS = {
     "hw_power_brake": "NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN",
 }
 
-# Read every tick. On the H200 here a field read of instant power cost ~3 us of CPU, while the
-# energy counter cost ~2.9 ms (nvmlDeviceGetTotalEnergyConsumption; ~3.8 ms as a field) and the
-# clock-event counters ~0.4 ms: the clock-event counters are read on full polls (1 Hz), the energy
-# counter only when asked (window edges, every energy_period_s), and _window spreads each counter
-# step over the 10 Hz instant-power shape.
+# Read every tick. On the H200s here a field read of instant power cost ~3 us of CPU, while the
+# energy counter cost 2.9-3.8 ms and the clock-event counters 0.4-0.8 ms (2026-11-29/30): both
+# cumulative counters are read only when asked (window edges, every counter_period_s), and
+# _window spreads each counter step over the 10 Hz instant-power shape.
 _FAST_FIELDS = {"power_instant": "NVML_FI_DEV_POWER_INSTANT"}
 
 _TOPOLOGY = {0: "internal", 10: "single", 20: "multiple", 30: "hostbridge", 40: "node", 50: "system"}
@@ -154,11 +153,11 @@ class NvmlSource:
 
     # -- every tick ----------------------------------------------------------------------
 
-    def poll(self, clock: Callable[[], float], *, full: bool, energy: bool) -> Batch:
+    def poll(self, clock: Callable[[], float], *, full: bool, counters: bool) -> Batch:
         """Read every live GPU once: instant power always; with ``full`` also utilization, clocks,
-        temperature, memory, clock-event counters and a GPM sample (closing a span); with
-        ``energy`` the energy counter. Only instant power is cheap enough for 10 Hz (see
-        _FAST_FIELDS); the counters are cumulative and lose nothing between reads."""
+        temperature, memory and a GPM sample (closing a span); with ``counters`` the energy and
+        clock-event counters. Only instant power is cheap enough for 10 Hz (see _FAST_FIELDS);
+        the counters are cumulative and lose nothing between reads."""
         samples: list[GpuSample] = []
         spans: list[ActivitySpan] = []
         events: list[Event] = []
@@ -166,7 +165,7 @@ class NvmlSource:
             if g.lost:
                 continue
             try:
-                samples.append(self._sample(g, clock, events, full, energy))
+                samples.append(self._sample(g, clock, events, full, counters))
                 if full and g.ident.gpm_supported:
                     span = self._gpm(g, clock, events)
                     if span is not None:
@@ -199,11 +198,12 @@ class NvmlSource:
             self._seen.add(key)
             events.append(Event(t, f"{g.ident.label}: {what} unreadable ({err}) at t={t:.3f}s"))
 
-    def _sample(self, g: _Gpu, clock: Callable[[], float], events: list[Event], full: bool, energy: bool) -> GpuSample:
+    def _sample(self, g: _Gpu, clock: Callable[[], float], events: list[Event], full: bool, counters: bool) -> GpuSample:
         nvml = self._nvml
         fast = self._fields(g, g.fast_fields, clock, events)
         energy_mj = None
-        if energy:
+        throttle = self._fields(g, g.slow_fields, clock, events) if counters else {}
+        if counters:
             energy_mj = self._read(g, "energy counter", events, clock, nvml.nvmlDeviceGetTotalEnergyConsumption)
         t = clock()
         instant_mw = fast.get("power_instant")
@@ -217,6 +217,7 @@ class NvmlSource:
             power_instant_w=instant_mw / 1000 if instant_mw is not None else None,
             power_avg_w=avg_mw / 1000 if avg_mw is not None else None,
             energy_j=energy_mj / 1000 if energy_mj is not None else None,
+            throttle_ns=throttle or None,
         )
         if not full:
             return sample
@@ -226,7 +227,6 @@ class NvmlSource:
         temp = self._read(g, "temperature", events, clock, nvml.nvmlDeviceGetTemperature,
                           nvml.NVML_TEMPERATURE_GPU)
         meminfo = self._read(g, "memory info", events, clock, nvml.nvmlDeviceGetMemoryInfo)
-        throttle = self._fields(g, g.slow_fields, clock, events)
         mask = None
         if not g.slow_fields:
             mask = self._read(g, "clock event reasons", events, clock,
@@ -238,7 +238,6 @@ class NvmlSource:
             mem_clock_mhz=float(mem) if mem is not None else None,
             temperature_c=float(temp) if temp is not None else None,
             memory_used_mib=meminfo.used / 2**20 if meminfo is not None else None,
-            throttle_ns=throttle or None,
             throttle_mask=int(mask) if mask is not None else None,
         )
 
