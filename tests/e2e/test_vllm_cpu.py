@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
@@ -68,13 +69,17 @@ def test_record_pass_and_catch_a_slower_vllm(pytester, model, tmp_path):
     again = gate(pytester, baselines)
     again.assert_outcomes(passed=6, skipped=2)
 
-    # The same server, configured with 4 sequences per step instead of 64.
+    # The same server, one sequence per step instead of 64: ~10x slower (measured 0.10 median,
+    # 0.13 worst-case ratio under a load average of 7; benchmarks/noise_and_control.py), so the
+    # drop is several times what the 50 % tolerance allows, also on a loaded machine.
     profile = load_profile(PROFILE)
-    slow_spec = replace(profile.server, args=("--max-num-seqs", "4"))
+    slow_spec = replace(profile.server, args=("--max-num-seqs", "1"))
     with ExitStack() as stack:
         slow = start_server(slow_spec, log_dir=tmp_path / "slow", stack=stack)
         degraded = gate(pytester, baselines, f"--perf-base-url={slow.base_url}", "-k", "c64")
     out = degraded.stdout.str()
     assert degraded.ret == pytest.ExitCode.TESTS_FAILED, out[-3000:]
-    assert "c64-in64-out64: output_throughput" in out and "< limit" in out
     assert "_ test_throughput[c64-in64-out64] _" in out
+    failure = re.search(r"c64-in64-out64: output_throughput [\d,.]+ tok/s < limit .*?, (-[\d.]+)%, tolerance 50%", out)
+    assert failure, out[-3000:]
+    assert float(failure.group(1)) <= -70.0, f"the negative control is not far past the tolerance: {failure.group(0)}"
