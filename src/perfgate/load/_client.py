@@ -287,8 +287,13 @@ def measured_jobs(workload: Workload, seed_offset: int) -> list[Job]:
     return list(zip(range(len(specs)), specs, arrival_offsets_s(workload, len(specs))))
 
 
-async def prepare(runner: Runner, session: aiohttp.ClientSession, seed_offset: int) -> None:
-    """Warmup (LoadError if any warmup request fails), then the optional cache flush and settle."""
+async def prepare(
+    runner: Runner, session: aiohttp.ClientSession, seed_offset: int, flush_headers: dict[str, str] | None = None
+) -> None:
+    """Warmup (LoadError if any warmup request fails), then the optional cache flush and settle.
+
+    ``flush_headers`` authenticate the flush (an admin endpoint; default: the load requests' headers).
+    """
     workload = runner.workload
     if workload.warmup_requests:
         warm = make_requests(workload, workload.warmup_requests, seed_offset=seed_offset + 1_000_000)
@@ -300,7 +305,7 @@ async def prepare(runner: Runner, session: aiohttp.ClientSession, seed_offset: i
                 f"{runner.base_url}{runner.backend.path} failed; first: {failed[0].error}"
             )
     if workload.flush_cache:
-        await _flush_cache(session, runner.base_url, runner.headers)
+        await _flush_cache(session, runner.base_url, runner.headers if flush_headers is None else flush_headers)
         # bench_serving sleeps after a flush so the server is idle when timing starts.
         await asyncio.sleep(1.0)
 
@@ -336,12 +341,13 @@ async def run_single(
     limits: ClientLimits,
     on_progress: Callable[[Progress], None] | None,
     seed_offset: int,
+    flush_headers: dict[str, str] | None = None,
 ) -> LoadRun:
     """The whole workload in this process."""
     runner = Runner(base_url, workload, backend, headers, on_progress)
     jobs = measured_jobs(workload, seed_offset)
     async with new_session() as session:
-        await prepare(runner, session, seed_offset)
+        await prepare(runner, session, seed_offset, flush_headers)
         start = time.monotonic()
         m = await measure(runner, session, jobs, limits, start)
     return LoadRun(

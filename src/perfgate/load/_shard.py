@@ -83,6 +83,7 @@ def run_sharded(
     limits: ClientLimits,
     on_progress: Callable[[Progress], None] | None,
     seed_offset: int,
+    flush_headers: dict[str, str] | None = None,
 ) -> LoadRun:
     """Run ``workload`` over ``workload.client_processes`` spawned processes and merge what they saw."""
     n = workload.client_processes
@@ -111,7 +112,7 @@ def run_sharded(
 
         async def warm() -> None:
             async with new_session() as session:
-                await prepare(Runner(base_url, workload, backend, headers, on_progress), session, seed_offset)
+                await prepare(Runner(base_url, workload, backend, headers, on_progress), session, seed_offset, flush_headers)
 
         asyncio.run(warm())
         waiting = _Collector(workload, procs, out)

@@ -178,6 +178,7 @@ _SERVER_KEYS: dict[str, Checker] = {
     "flashinfer_cutlass_autotune": _choice("auto", "force", "off"),
     "require_autotune": _bool,
     "api_key_env": _str,
+    "admin_api_key_env": _str,
     "sim": _scalar_map,
 }
 

@@ -38,7 +38,10 @@ class ServerSpec:
     flashinfer_cutlass_autotune: AutotuneMode = "auto"
     require_autotune: bool = False
     # Name of an environment variable holding a bearer token; the token is never stored.
+    # kind = "sglang" also hands it to the server as --api-key.
     api_key_env: str = ""
+    # Same for the admin key (SGLang's --admin-api-key, which alone opens /flush_cache once set).
+    admin_api_key_env: str = ""
     # kind = "simulator": options forwarded to ``python -m perfgate.sim`` as --flags.
     sim: Mapping[str, str | int | float | bool] = field(default_factory=dict)
 

@@ -18,12 +18,16 @@ from perfgate.profile import ServerSpec
 from perfgate.server._gpu_procs import wait_released
 from perfgate.server._locks import hold_gpus
 from perfgate.server._process import ServerProcess, launch
+from perfgate.server._secrets import SECRET_FLAGS, Redactor, ServerKeys
 from perfgate.server._sglang_launch import preflight, verify
 
 
 @dataclass
 class RunningServer:
-    """The server under test, ready to serve. ``info`` is its /server_info, as resolved by the server."""
+    """The server under test, ready to serve. ``info`` is its /server_info, as resolved by the server.
+
+    Everything recorded here (argv, env, info) has the server's API keys redacted.
+    """
 
     kind: str
     base_url: str
@@ -39,6 +43,8 @@ class RunningServer:
     process: ServerProcess | None = None
     # SGLang only: the autotune plan's decision and what the boot log proved.
     autotune: dict[str, Any] = field(default_factory=dict)
+    # The environment perfgate added to the server's (profile env, autotune hook).
+    env: dict[str, str] = field(default_factory=dict)
 
     def provenance(self) -> dict[str, Any]:
         return {
@@ -46,6 +52,7 @@ class RunningServer:
             "base_url": self.base_url,
             "model": self.model,
             "launch_command": self.argv,
+            "env": self.env,
             "boot_s": round(self.boot_s, 3),
             "versions": self.versions,
             "autotune": self.autotune,
@@ -82,10 +89,20 @@ def _has_flag(args: tuple[str, ...], *names: str) -> bool:
     return any(a == n or a.startswith(n + "=") for a in args for n in names)
 
 
-def build_command(spec: ServerSpec, port: int) -> tuple[list[str], dict[str, str]]:
-    """The argv and extra environment that start ``spec`` on ``port`` (not for kind = "attach")."""
+def build_command(spec: ServerSpec, port: int, keys: ServerKeys | None = None) -> tuple[list[str], dict[str, str]]:
+    """The argv and extra environment that start ``spec`` on ``port`` (not for kind = "attach").
+
+    For kind = "sglang" the API keys named by ``api_key_env`` / ``admin_api_key_env`` become
+    ``--api-key`` / ``--admin-api-key`` (``keys``, default: read from the environment now).
+    """
     python = spec.python or sys.executable
     env: dict[str, str] = {}
+    if _has_flag(spec.args, *SECRET_FLAGS):
+        raise ServerError(
+            f"[server] args hold {' / '.join(f for f in SECRET_FLAGS if _has_flag(spec.args, f))}: a key written "
+            "into a profile ends up in git and in every record of the run; put it in an environment variable "
+            "and name that in [server] api_key_env (admin key: admin_api_key_env)"
+        )
     if spec.kind == "simulator":
         argv = [python, "-m", "perfgate.sim", "--host", spec.host, "--port", str(port)]
         if spec.model_path:
@@ -96,6 +113,7 @@ def build_command(spec: ServerSpec, port: int) -> tuple[list[str], dict[str, str
         if spec.gpus and not _has_flag(spec.args, "--tp", "--tp-size", "--tensor-parallel-size"):
             argv += ["--tp-size", str(len(spec.gpus))]
         argv += list(spec.args)
+        argv += (keys if keys is not None else ServerKeys.from_spec(spec)).server_flags()
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     elif spec.kind == "command":
         values = {"port": str(port), "host": spec.host, "model": spec.model_path, "python": python}
@@ -141,11 +159,11 @@ def _served_model(client: httpx.Client, base_url: str, fallback: str) -> str:
     return fallback
 
 
-def _wait_attached(base_url: str, spec: ServerSpec) -> float:
+def _wait_attached(base_url: str, spec: ServerSpec, headers: dict[str, str]) -> float:
     url = base_url + spec.ready_path
     t0 = time.monotonic()
     last = "no answer"
-    with httpx.Client(timeout=httpx.Timeout(30.0, connect=2.0)) as client:
+    with httpx.Client(timeout=httpx.Timeout(30.0, connect=2.0), headers=headers) as client:
         while time.monotonic() - t0 < spec.startup_timeout_s:
             try:
                 resp = client.get(url)
@@ -167,8 +185,11 @@ def start_server(spec: ServerSpec, *, log_dir: Path, stack: ExitStack, base_url:
     Teardown runs when ``stack`` closes: on success, failure and Ctrl-C alike.
     """
     attach_url = (base_url or (spec.base_url if spec.kind == "attach" else "")).rstrip("/")
+    keys = ServerKeys.from_spec(spec)
+    redactor = keys.redactor
+    pre = None
     if attach_url:
-        boot_s = _wait_attached(attach_url, spec)
+        boot_s = _wait_attached(attach_url, spec, keys.headers())
         server = RunningServer("attach", attach_url, spec.model_path, [], None, boot_s, spec.gpus)
     else:
         if spec.gpus and spec.kind in ("sglang", "command"):
@@ -176,37 +197,38 @@ def start_server(spec: ServerSpec, *, log_dir: Path, stack: ExitStack, base_url:
         if spec.port:
             _check_port_free(spec.host, spec.port)
         port = spec.port or _free_port(spec.host)
-        argv, extra_env = build_command(spec, port)
+        argv, extra_env = build_command(spec, port, keys)
         env = {**os.environ, **extra_env}
-        pre = None
         if spec.kind == "sglang":
             pre = preflight(spec, argv[0], env)
             env = pre.plan.apply(env)
+            extra_env = pre.plan.apply(extra_env)
         log_path = log_dir / f"server-{spec.kind}-{port}.log"
-        proc = launch(argv, env, log_path)
-        server = RunningServer(spec.kind, f"http://{spec.host}:{port}", spec.model_path, argv, log_path, 0.0, spec.gpus, process=proc)
+        proc = launch(argv, env, log_path, redactor=redactor)
+        server = RunningServer(
+            spec.kind, f"http://{spec.host}:{port}", spec.model_path, proc.argv, log_path, 0.0, spec.gpus,
+            process=proc, env=redactor.env(extra_env),
+        )
         stack.callback(_stop, server, spec)
-        server.boot_s = proc.wait_ready(server.base_url + spec.ready_path, spec.startup_timeout_s)
-        if pre is not None:
-            server.versions.update(pre.versions)
-            server.notes.extend(pre.warnings)
-            evidence = verify(spec, pre, log_path.read_text(errors="replace"), env)
-            server.autotune = {
-                "decision": pre.plan.decision,
-                "status": pre.plan.status.status,
-                "ok": evidence.ok,
-                "tuning": evidence.tuning,
-                "cache_dir": evidence.cache_dir,
-                "evidence": evidence.message,
-                "flags_checked_against": pre.flag_source,
-            }
-    with httpx.Client(timeout=10.0) as client:
-        server.info = _get_json(client, server.base_url, "/server_info", "/get_server_info")
-        server.model_info = _get_json(client, server.base_url, "/model_info", "/get_model_info")
-        server.model = _served_model(client, server.base_url, server.model_info.get("served_model_name") or spec.model_path or "default")
+        server.boot_s = proc.wait_ready(server.base_url + spec.ready_path, spec.startup_timeout_s, keys.headers())
+    _read_provenance(server, spec, keys.headers(), redactor)
+    if pre is not None and server.process is not None:
+        server.versions.update(pre.versions)
+        server.notes.extend(pre.warnings)
+        server.autotune = verify(spec, pre, server.process, server.info, env)
+    return server
+
+
+def _read_provenance(server: RunningServer, spec: ServerSpec, headers: dict[str, str], redactor: Redactor) -> None:
+    """/server_info, /model_info and the served model name, with the keys redacted (SGLang returns
+    its server args, ``api_key`` included, and its launch command in clear)."""
+    with httpx.Client(timeout=10.0, headers=headers) as client:
+        server.info = redactor.json(_get_json(client, server.base_url, "/server_info", "/get_server_info"))
+        server.model_info = redactor.json(_get_json(client, server.base_url, "/model_info", "/get_model_info"))
+        fallback = server.model_info.get("served_model_name") or spec.model_path or "default"
+        server.model = redactor.text(_served_model(client, server.base_url, fallback))
     if server.info.get("version"):
         server.versions["server"] = str(server.info["version"])
-    return server
 
 
 def _stop(server: RunningServer, spec: ServerSpec) -> None:
