@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import socket
 import sys
 import time
@@ -60,10 +61,26 @@ class RunningServer:
         }
 
 
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+# SGLang (0.5.12 measured) derives a gRPC port as --port + 10000 and refuses to start when that
+# exceeds 65535; Linux hands out ephemeral ports up to 60999, so a free port from the kernel
+# failed ~1 boot in 7.
+_SGLANG_MAX_PORT = 55535
+
+
+def _free_port(host: str, max_port: int = 65535) -> int:
+    """A port free on ``host`` right now, at most ``max_port``."""
+    rng = random.Random()
+    for attempt in range(200):
+        candidate = 0 if attempt == 0 else rng.randrange(20000, max_port + 1)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, candidate))
+            except OSError:
+                continue
+            port = int(s.getsockname()[1])
+        if port <= max_port:
+            return port
+    raise ServerError(f"no free port at or below {max_port} on {host}; set [server] port to a free one")
 
 
 def _check_port_free(host: str, port: int) -> None:
@@ -196,7 +213,7 @@ def start_server(spec: ServerSpec, *, log_dir: Path, stack: ExitStack, base_url:
             hold_gpus(spec.gpus, stack, lock_wait_s)
         if spec.port:
             _check_port_free(spec.host, spec.port)
-        port = spec.port or _free_port(spec.host)
+        port = spec.port or _free_port(spec.host, _SGLANG_MAX_PORT if spec.kind == "sglang" else 65535)
         argv, extra_env = build_command(spec, port, keys)
         env = {**os.environ, **extra_env}
         if spec.kind == "sglang":

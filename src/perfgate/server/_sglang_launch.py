@@ -78,7 +78,8 @@ def process_names(pgid: int) -> dict[int, str]:
             raw = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        words = [w for w in raw.decode(errors="replace").split("\0") if w]
+        # setproctitle pads the old argv area with spaces or NULs.
+        words = [w.strip() for w in raw.decode(errors="replace").split("\0") if w.strip()]
         if not words:
             continue
         if "multiprocessing.resource_tracker" in " ".join(words):
