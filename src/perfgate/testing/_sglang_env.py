@@ -82,15 +82,16 @@ class SGLangRecipe:
     """How one SGLang release is made to serve on CPU.
 
     kernel: the ``sglang-kernel`` release it pins (installed without dependencies).
-    torch / torchvision: the PyPI CUDA builds used; ``torch`` replaces the release's own pin
-    when they differ (``why_torch`` says why).
+    torch / torchvision: the PyPI CUDA builds used (they replace the release's own pins).
+    pins: requirements that replace ones the release leaves unpinned, where today's newest
+    release of that package breaks the server (each explained where the recipe is defined).
     """
 
     version: str
     kernel: str
     torch: str
     torchvision: str
-    why_torch: str = ""
+    pins: Mapping[str, str] = field(default_factory=dict)
 
 
 RECIPES: Mapping[str, SGLangRecipe] = {
@@ -101,7 +102,12 @@ RECIPES: Mapping[str, SGLangRecipe] = {
     # Its own pin, torch 2.11.0 (from PyPI): with the 2.14.1 this machine kind carries on disk,
     # sglang-kernel 0.4.2.post2 does not load (tried 2026-11-30: common_ops.abi3.so: undefined
     # symbol c10::cuda::c10_cuda_check_implementation, a torch C++ ABI change).
-    "0.5.12": SGLangRecipe("0.5.12", kernel="0.4.2.post2", torch="2.11.0", torchvision="0.26.0"),
+    # It requires `kernels` unpinned; kernels 0.15+ refuses the LayerRepository(...) calls of the
+    # transformers 5.6.0 it pins ("Either a revision or a version must be specified"), so
+    # importing the server failed. 0.5.23 pins kernels<0.15,>=0.14.1; so does this recipe.
+    "0.5.12": SGLangRecipe(
+        "0.5.12", kernel="0.4.2.post2", torch="2.11.0", torchvision="0.26.0", pins={"kernels": "kernels>=0.14.1,<0.15"}
+    ),
 }
 
 
@@ -147,8 +153,7 @@ def _run(
     if proc.returncode != 0:
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
         raise SGLangEnvError(
-            f"{step} failed (exit {proc.returncode}): {' '.join(argv)}\n{tail}\n-> {fix}"
-            + f" (full output: {log})"
+            f"{step} failed (exit {proc.returncode}): {' '.join(argv)}\n{tail}\n-> {fix} (full output: {log})"
         )
     return proc.stdout
 
@@ -251,11 +256,11 @@ def server_requirements(metadata: str, recipe: SGLangRecipe) -> tuple[list[str],
 
     Keeps every ``Requires-Dist`` without an extra whose marker holds here, pinned as SGLang
     pins it, except sglang-kernel (installed without dependencies), the CUDA_ONLY packages,
-    and torch / torchvision, which take the recipe's releases.
+    torch / torchvision, which take the recipe's releases, and the recipe's ``pins``.
     """
     keep: list[str] = []
     skipped: dict[str, str] = {}
-    replaced = {"torch": f"torch=={recipe.torch}", "torchvision": f"torchvision=={recipe.torchvision}"}
+    replaced = {"torch": f"torch=={recipe.torch}", "torchvision": f"torchvision=={recipe.torchvision}", **recipe.pins}
     for line in metadata.splitlines():
         if not line.startswith("Requires-Dist:"):
             continue
