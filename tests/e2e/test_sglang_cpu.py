@@ -66,14 +66,17 @@ class Release:
         assert not left, f"SGLang {self.version}: processes left after {when}: {left}"
 
 
-def write_profile(path: Path, env: SGLangEnv, mark: str, workload: dict | None = None, **server: object) -> Path:
+def write_profile(
+    path: Path, env: SGLangEnv, mark: str, workload: dict | None = None, gate: dict | None = None, **server: object
+) -> Path:
     """The shipped profile with this environment's interpreter and library path filled in,
-    ``server`` keys replaced and ``workload`` keys set in every workload."""
+    ``server`` and ``gate`` keys replaced and ``workload`` keys set in every workload."""
     doc = tomllib.loads(PROFILE.read_text())
     doc["server"]["python"] = str(env.python)
     doc["server"]["model_path"] = str(MODEL)
     doc["server"]["env"] = {**doc["server"]["env"], **env.env, MARK: mark}
     doc["server"].update(server)
+    doc["gate"].update(gate or {})
     for w in doc["workload"]:
         w.update(workload or {})
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -266,6 +269,9 @@ def test_a_secured_server_authenticates_every_call_and_its_keys_are_written_nowh
         tmp_path / "secured.toml", release.env, release.mark,
         # /flush_cache is an admin endpoint: with an admin key set, SGLang accepts only that one.
         workload={"flush_cache": True, "repeats": 1},
+        # This session checks authentication and records, not timing: a client starved of CPU by
+        # other jobs (1.5 s loop lag seen) must not make its one repeat invalid.
+        gate={"client_max_lag_p99_ms": 60_000.0},
         api_key_env="PERFGATE_E2E_API_KEY", admin_api_key_env="PERFGATE_E2E_ADMIN_KEY",
     )
     profile = load_profile(profile_path)
