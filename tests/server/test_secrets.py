@@ -42,6 +42,15 @@ def test_a_key_written_into_the_profile_is_refused(args):
         build_command(ServerSpec(kind="sglang", model_path="/m", args=args), 30000, ServerKeys())
 
 
+def test_a_command_template_takes_the_key_from_a_placeholder(monkeypatch):
+    monkeypatch.setenv("PG_KEY", KEY)
+    spec = ServerSpec(kind="command", command=("vllm", "serve", "--api-key", "{api_key}"), api_key_env="PG_KEY")
+    argv, _ = build_command(spec, 8000)
+    assert argv == ["vllm", "serve", "--api-key", KEY]
+    with pytest.raises(ServerError, match="bad placeholder 'admin_api_key'"):
+        build_command(ServerSpec(kind="command", command=("x", "{admin_api_key}")), 8000)
+
+
 def test_redaction_of_argv_env_json_and_text():
     r = Redactor((KEY, ADMIN))
     argv = ["python", "--api-key", KEY, f"--admin-api-key={ADMIN}", "--x", f"prefix{KEY}", "--api-key", "other"]

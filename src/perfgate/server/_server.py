@@ -109,16 +109,19 @@ def _has_flag(args: tuple[str, ...], *names: str) -> bool:
 def build_command(spec: ServerSpec, port: int, keys: ServerKeys | None = None) -> tuple[list[str], dict[str, str]]:
     """The argv and extra environment that start ``spec`` on ``port`` (not for kind = "attach").
 
-    For kind = "sglang" the API keys named by ``api_key_env`` / ``admin_api_key_env`` become
-    ``--api-key`` / ``--admin-api-key`` (``keys``, default: read from the environment now).
+    The API keys named by ``api_key_env`` / ``admin_api_key_env`` (``keys``, default: read from
+    the environment now) become ``--api-key`` / ``--admin-api-key`` for kind = "sglang", and the
+    ``{api_key}`` / ``{admin_api_key}`` placeholders of a kind = "command" template.
     """
     python = spec.python or sys.executable
     env: dict[str, str] = {}
+    keys = keys if keys is not None else ServerKeys.from_spec(spec)
     if _has_flag(spec.args, *SECRET_FLAGS):
+        where = "perfgate passes it as --api-key" if spec.kind == "sglang" else "write {api_key} where the command takes it"
         raise ServerError(
             f"[server] args hold {' / '.join(f for f in SECRET_FLAGS if _has_flag(spec.args, f))}: a key written "
             "into a profile ends up in git and in every record of the run; put it in an environment variable "
-            "and name that in [server] api_key_env (admin key: admin_api_key_env)"
+            f"and name that in [server] api_key_env (admin key: admin_api_key_env); {where}"
         )
     if spec.kind == "simulator":
         argv = [python, "-m", "perfgate.sim", "--host", spec.host, "--port", str(port)]
@@ -130,16 +133,18 @@ def build_command(spec: ServerSpec, port: int, keys: ServerKeys | None = None) -
         if spec.gpus and not _has_flag(spec.args, "--tp", "--tp-size", "--tensor-parallel-size"):
             argv += ["--tp-size", str(len(spec.gpus))]
         argv += list(spec.args)
-        argv += (keys if keys is not None else ServerKeys.from_spec(spec)).server_flags()
+        argv += keys.server_flags()
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     elif spec.kind == "command":
         values = {"port": str(port), "host": spec.host, "model": spec.model_path, "python": python}
+        values.update({k: v for k, v in (("api_key", keys.api_key), ("admin_api_key", keys.admin_api_key)) if v})
         try:
             argv = [part.format(**values) for part in spec.command] + list(spec.args)
         except (KeyError, IndexError, ValueError) as e:
             raise ServerError(
                 f"[server] command template {list(spec.command)!r}: bad placeholder {e}; "
-                "use {port}, {host}, {model} or {python} (double braces for literal ones)"
+                "use {port}, {host}, {model}, {python}, or {api_key} / {admin_api_key} with api_key_env / "
+                "admin_api_key_env set (double braces for literal ones)"
             ) from None
         if spec.gpus:
             env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
