@@ -51,7 +51,15 @@ def test_cutlass_is_tuned_on_sm120_and_every_other_answer_is_sglangs(sglang_0_5_
         assert row["patched"] == trtllm["sglang"], row
         assert row["patched"] == (not disable and cap[0] >= 9 and not (spec and draft)), row
     lines = [line for line in stderr.splitlines() if line.startswith("perfgate-autotune:")]
-    assert len(lines) == 1 and re.search(rf"patched {MODULE}:{DECISION}.* in pid \d+$", lines[0])
+    assert re.fullmatch(rf"perfgate-autotune: loaded for {MODULE}:{DECISION} in pid \d+", lines[0])
+    assert re.search(rf"patched {MODULE}:{DECISION}.* in pid \d+$", lines[1])
+    # Every call of the patched decision, and none of the unpatched copy, says what it returned.
+    decided = [re.fullmatch(rf"perfgate-autotune: decision evaluated {MODULE}:{DECISION} -> (True|False) in pid \d+", line)
+               for line in lines[2:]]
+    assert all(decided) and [m.group(1) == "True" for m in decided] == [r["patched"] for r in rows]
+    evidence = verify_autotune_log(stderr, 1, expect_patch=True)
+    assert len(evidence.loaded_pids) == 1 and evidence.patched_pids == evidence.loaded_pids
+    assert len(evidence.decisions) == len(rows)
 
 
 def test_the_hook_reaches_a_spawned_child(sglang_0_5_12: Path) -> None:
@@ -104,4 +112,8 @@ def test_sitecustomize_chains_to_the_one_it_shadows(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["yes", "_Finder"]
-    assert proc.stderr == "other ran\n"
+    assert proc.stderr == f"perfgate-autotune: loaded for {MODULE}:{DECISION} in pid {proc_pid(proc.stderr)}\nother ran\n"
+
+
+def proc_pid(stderr: str) -> int:
+    return int(stderr.splitlines()[0].rsplit(" ", 1)[1])

@@ -9,7 +9,6 @@ so the fingerprint is the profile's) and see perfgate fail it on throughput.
 from __future__ import annotations
 
 import json
-import os
 import re
 from contextlib import ExitStack
 from dataclasses import replace
@@ -19,15 +18,12 @@ import pytest
 
 from perfgate.profile import load_profile
 from perfgate.server import start_server
+from tests.e2e._support import REPO, gate as run_gate
 
 pytest.importorskip("vllm", reason="vLLM is not installed here; run `tox -e e2e-vllm`")
 
-REPO = Path(__file__).resolve().parents[2]
 PROFILE = REPO / "profiles" / "vllm-cpu-tiny.toml"
 MODEL = REPO / ".perfgate-cache" / "tiny-model"
-PERF_TESTS = REPO / "perf_tests"
-
-pytest_plugins = ["pytester"]
 
 
 @pytest.fixture(scope="module")
@@ -41,24 +37,13 @@ def model() -> Path:
     return MODEL
 
 
-def gate(pytester: pytest.Pytester, baselines: Path, *args: str) -> pytest.RunResult:
-    # From the repository root, so the profile's relative model path resolves as in a user's run.
-    os.chdir(REPO)
-    return pytester.runpytest_subprocess(
-        str(PERF_TESTS),
-        "-p", "no:cacheprovider",
-        "-rs",
-        f"--rootdir={REPO}",
-        f"--perf-profile={PROFILE}",
-        f"--perf-baselines={baselines}",
-        *args,
-        timeout=1200,
-    )
+def gate(baselines: Path, *args: str) -> pytest.RunResult:
+    return run_gate(PROFILE, baselines, *args)
 
 
-def test_record_pass_and_catch_a_slower_vllm(pytester, model, tmp_path):
+def test_record_pass_and_catch_a_slower_vllm(model, tmp_path):
     baselines = tmp_path / "baselines"
-    recorded = gate(pytester, baselines, "--perf-update-baselines")
+    recorded = gate(baselines, "--perf-update-baselines")
     recorded.assert_outcomes(passed=6, skipped=2)
     files = sorted(baselines.rglob("*.json"))
     assert [f.name.split("--")[0] for f in files] == ["c64-in64-out64", "chat-c8-in32-out32"]
@@ -66,7 +51,7 @@ def test_record_pass_and_catch_a_slower_vllm(pytester, model, tmp_path):
     assert len(doc["repeats"]) == 3
     assert doc["repeats"][0]["total_output_tokens"] == 256 * 64
 
-    again = gate(pytester, baselines)
+    again = gate(baselines)
     again.assert_outcomes(passed=6, skipped=2)
 
     # The same server, one sequence per step instead of 64: ~10x slower (measured 0.10 median,
@@ -76,7 +61,7 @@ def test_record_pass_and_catch_a_slower_vllm(pytester, model, tmp_path):
     slow_spec = replace(profile.server, args=("--max-num-seqs", "1"))
     with ExitStack() as stack:
         slow = start_server(slow_spec, log_dir=tmp_path / "slow", stack=stack)
-        degraded = gate(pytester, baselines, f"--perf-base-url={slow.base_url}", "-k", "c64")
+        degraded = gate(baselines, f"--perf-base-url={slow.base_url}", "-k", "c64")
     out = degraded.stdout.str()
     assert degraded.ret == pytest.ExitCode.TESTS_FAILED, out[-3000:]
     assert "_ test_throughput[c64-in64-out64] _" in out

@@ -356,11 +356,14 @@ def measured_jobs(workload: Workload, seed_offset: int) -> list[Job]:
     return list(zip(range(len(specs)), specs, arrival_offsets_s(workload, len(specs))))
 
 
-async def prepare(runner: Runner, session: aiohttp.ClientSession, seed_offset: int) -> list[str]:
+async def prepare(
+    runner: Runner, session: aiohttp.ClientSession, seed_offset: int, flush_headers: dict[str, str] | None = None
+) -> list[str]:
     """Warmup, then the optional cache flush and settle; returns notes for the run.
 
     Warmup failures follow the measured phase's rule: more than ``max_error_rate`` of them
     is a LoadError (the server is not serving this workload), fewer are a note.
+    ``flush_headers`` authenticate the flush (an admin endpoint; default: the load requests' headers).
     """
     workload = runner.workload
     notes: list[str] = []
@@ -378,7 +381,7 @@ async def prepare(runner: Runner, session: aiohttp.ClientSession, seed_offset: i
                 raise LoadError(f"workload {workload.name}: {what}{allowed}")
             notes.append(f"{what} (within the allowed error rate {workload.max_error_rate:.1%})")
     if workload.flush_cache:
-        await _flush_cache(session, runner.base_url, runner.headers)
+        await _flush_cache(session, runner.base_url, runner.headers if flush_headers is None else flush_headers)
         # bench_serving sleeps after a flush so the server is idle when timing starts.
         await asyncio.sleep(1.0)
     return notes
@@ -425,13 +428,14 @@ async def run_single(
     on_progress: Callable[[Progress], None] | None,
     seed_offset: int,
     keep_alive: bool = True,
+    flush_headers: dict[str, str] | None = None,
 ) -> LoadRun:
     """The whole workload in this process."""
     runner = Runner(base_url, workload, backend, headers, on_progress)
     jobs = measured_jobs(workload, seed_offset)
     try:
         async with new_session(keep_alive) as session:
-            notes = await prepare(runner, session, seed_offset)
+            notes = await prepare(runner, session, seed_offset, flush_headers)
             runner.retried = 0
             start = time.monotonic()
             m = await measure(runner, session, jobs, limits, start)

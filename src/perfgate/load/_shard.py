@@ -89,6 +89,7 @@ def run_sharded(
     on_progress: Callable[[Progress], None] | None,
     seed_offset: int,
     keep_alive: bool = True,
+    flush_headers: dict[str, str] | None = None,
 ) -> LoadRun:
     """Run ``workload`` over ``workload.client_processes`` spawned processes and merge what they saw."""
     n = workload.client_processes
@@ -119,7 +120,7 @@ def run_sharded(
             runner = Runner(base_url, workload, backend, headers, on_progress)
             try:
                 async with new_session(keep_alive) as session:
-                    return await prepare(runner, session, seed_offset)
+                    return await prepare(runner, session, seed_offset, flush_headers)
             finally:
                 await runner.aclose()
 

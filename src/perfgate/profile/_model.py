@@ -74,7 +74,11 @@ class ServerSpec:
     require_autotune: bool = key(boolean, "fail the boot unless its log shows a complete FlashInfer autotune",
                                  default=False)
     # The token itself is never stored.
-    api_key_env: str = key(string, "name of an environment variable holding a bearer token", default="")
+    api_key_env: str = key(string, "name of an environment variable holding the server's API key: sent as a bearer "
+                           'token with every request; kind = "sglang" also starts the server with it (--api-key); '
+                           "never written anywhere", default="")
+    admin_api_key_env: str = key(string, "the same for the admin key (SGLang's --admin-api-key, which alone opens "
+                                 "/flush_cache once set)", default="")
     sim: Mapping[str, str | int | float | bool] = key(
         scalar_map, 'the `[server.sim]` table for kind = "simulator": options of `python -m perfgate.sim --help` in '
         "snake_case, checked when the profile loads",

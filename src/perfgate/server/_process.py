@@ -5,15 +5,16 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
-
+from typing import IO, Mapping, Sequence
 
 from perfgate.errors import ServerError
 from perfgate.server import _signals
+from perfgate.server._secrets import Redactor
 
 LOG_TAIL_LINES = 50
 
@@ -32,13 +33,18 @@ def tail_block(path: Path) -> str:
 
 @dataclass
 class ServerProcess:
-    """A launched server: its process (leader of its own session) and its log."""
+    """A launched server: its process (leader of its own session) and its log.
+
+    ``argv`` is the command as shown and recorded (secrets redacted), not necessarily as run.
+    """
 
     argv: list[str]
     popen: subprocess.Popen[bytes]
     log_path: Path
     started_s: float
     pids: set[int] = field(default_factory=set)
+    # Copies the server's output into the log with secrets redacted (None: it writes the log itself).
+    log_pump: threading.Thread | None = None
     _released: bool = field(default=False, repr=False)
 
     @property
@@ -53,6 +59,7 @@ class ServerProcess:
         code = self.exited()
         if code is None:
             return None
+        self.flush_log()
         return ServerError(
             f"the server {describe_exit(code)} {doing} (command: {' '.join(self.argv)}){tail_block(self.log_path)}"
         )
@@ -92,7 +99,13 @@ class ServerProcess:
         if self.popen.poll() is None:
             self.popen.kill()
             self.popen.wait(timeout=10)
+        self.flush_log()
         return notes
+
+    def flush_log(self) -> None:
+        """Wait (briefly) until the log holds everything the server wrote before it exited."""
+        if self.log_pump is not None:
+            self.log_pump.join(timeout=5.0)
 
 
 def _signal_group(pgid: int, sig: int) -> None:
@@ -136,24 +149,52 @@ def _has_live_member(pgid: int) -> bool:
     return bool(group_members(pgid))
 
 
-def launch(argv: Sequence[str], env: Mapping[str, str], log_path: Path, cwd: Path | None = None) -> ServerProcess:
-    """Start ``argv`` in its own session with stdout+stderr appended to ``log_path``."""
+def launch(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    log_path: Path,
+    cwd: Path | None = None,
+    redactor: Redactor | None = None,
+) -> ServerProcess:
+    """Start ``argv`` in its own session with stdout+stderr appended to ``log_path``.
+
+    With a ``redactor`` that knows secrets, the output goes through a pipe and every secret is
+    replaced before it reaches the log (servers log their arguments, keys included); otherwise
+    the server writes the log file directly.
+    """
+    redactor = redactor or Redactor()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
         try:
             popen = subprocess.Popen(
                 list(argv),
                 stdin=subprocess.DEVNULL,
-                stdout=log,
+                stdout=subprocess.PIPE if redactor.secrets else log,
                 stderr=subprocess.STDOUT,
                 env=dict(env),
                 cwd=cwd,
                 start_new_session=True,
             )
         except OSError as e:
-            raise ServerError(f"cannot start server command {argv[0]!r}: {e} (check [server] python / command)") from None
+            raise ServerError(
+                f"cannot start server command {redactor.text(argv[0])!r}: {e} (check [server] python / command)"
+            ) from None
     _signals.acquire()
-    return ServerProcess(list(argv), popen, log_path, time.monotonic())
+    proc = ServerProcess(redactor.argv(argv), popen, log_path, time.monotonic())
+    if popen.stdout is not None:
+        proc.log_pump = threading.Thread(
+            target=_pump, args=(popen.stdout, log_path, redactor), name=f"server-log-{popen.pid}", daemon=True
+        )
+        proc.log_pump.start()
+    return proc
+
+
+def _pump(stream: IO[bytes], log_path: Path, redactor: Redactor) -> None:
+    fd = stream.fileno()
+    with log_path.open("ab", buffering=0) as log:
+        for data in redactor.lines(iter(lambda: os.read(fd, 65536), b"")):
+            log.write(data)
+    stream.close()
 
 
 def describe_exit(code: int) -> str:

@@ -58,6 +58,7 @@ class _Watch:
             return
         code = self.process.exited()
         if code is not None:
+            self.process.flush_log()
             raise ServerError(
                 f"server {describe_exit(code)} before {self.url} answered 200 "
                 f"(command: {' '.join(self.process.argv)}){tail_block(self.process.log_path)}"

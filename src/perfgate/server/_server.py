@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import socket
 import sys
 from contextlib import ExitStack
@@ -19,12 +20,16 @@ from perfgate.server._gpu_procs import wait_released
 from perfgate.server._locks import hold_gpus
 from perfgate.server._process import ServerProcess, launch
 from perfgate.server._ready import check_url, wait_ready
+from perfgate.server._secrets import SECRET_FLAGS, Redactor, ServerKeys
 from perfgate.server._sglang_launch import preflight, verify
 
 
 @dataclass
 class RunningServer:
-    """The server under test, ready to serve. ``info`` is its /server_info, as resolved by the server."""
+    """The server under test, ready to serve. ``info`` is its /server_info, as resolved by the server.
+
+    Everything recorded here (argv, env, info) has the server's API keys redacted.
+    """
 
     kind: str
     base_url: str
@@ -42,6 +47,8 @@ class RunningServer:
     autotune: dict[str, Any] = field(default_factory=dict)
     # The endpoint that reported versions["server"] (/server_info, /version, /info, /props).
     version_source: str = ""
+    # The environment perfgate added to the server's (profile env, autotune hook).
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def telemetry_gpus(self) -> tuple[int | str, ...]:
@@ -81,15 +88,32 @@ class RunningServer:
             "boot_s": round(self.boot_s, 3),
             "versions": self.versions,
             "version_source": self.version_source,
+            "env": self.env,
             "autotune": self.autotune,
             "server_info": self.info,
         }
 
 
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+# SGLang (0.5.12 measured) derives a gRPC port as --port + 10000 and refuses to start when that
+# exceeds 65535; Linux hands out ephemeral ports up to 60999, so a free port from the kernel
+# failed ~1 boot in 7.
+_SGLANG_MAX_PORT = 55535
+
+
+def _free_port(host: str, max_port: int = 65535) -> int:
+    """A port free on ``host`` right now, at most ``max_port``."""
+    rng = random.Random()
+    for attempt in range(200):
+        candidate = 0 if attempt == 0 else rng.randrange(20000, max_port + 1)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, candidate))
+            except OSError:
+                continue
+            port = int(s.getsockname()[1])
+        if port <= max_port:
+            return port
+    raise ServerError(f"no free port at or below {max_port} on {host}; set [server] port to a free one")
 
 
 def _check_port_free(host: str, port: int) -> None:
@@ -115,10 +139,23 @@ def _has_flag(args: tuple[str, ...], *names: str) -> bool:
     return any(a == n or a.startswith(n + "=") for a in args for n in names)
 
 
-def build_command(spec: ServerSpec, port: int) -> tuple[list[str], dict[str, str]]:
-    """The argv and extra environment that start ``spec`` on ``port`` (not for kind = "attach")."""
+def build_command(spec: ServerSpec, port: int, keys: ServerKeys | None = None) -> tuple[list[str], dict[str, str]]:
+    """The argv and extra environment that start ``spec`` on ``port`` (not for kind = "attach").
+
+    The API keys named by ``api_key_env`` / ``admin_api_key_env`` (``keys``, default: read from
+    the environment now) become ``--api-key`` / ``--admin-api-key`` for kind = "sglang", and the
+    ``{api_key}`` / ``{admin_api_key}`` placeholders of a kind = "command" template.
+    """
     python = spec.python or sys.executable
     env: dict[str, str] = {}
+    keys = keys if keys is not None else ServerKeys.from_spec(spec)
+    if _has_flag(spec.args, *SECRET_FLAGS):
+        where = "perfgate passes it as --api-key" if spec.kind == "sglang" else "write {api_key} where the command takes it"
+        raise ServerError(
+            f"[server] args hold {' / '.join(f for f in SECRET_FLAGS if _has_flag(spec.args, f))}: a key written "
+            "into a profile ends up in git and in every record of the run; put it in an environment variable "
+            f"and name that in [server] api_key_env (admin key: admin_api_key_env); {where}"
+        )
     if spec.kind == "simulator":
         argv = [python, "-m", "perfgate.sim", "--host", spec.host, "--port", str(port)]
         if spec.model_path:
@@ -129,15 +166,18 @@ def build_command(spec: ServerSpec, port: int) -> tuple[list[str], dict[str, str
         if spec.gpus and not _has_flag(spec.args, "--tp", "--tp-size", "--tensor-parallel-size"):
             argv += ["--tp-size", str(len(spec.gpus))]
         argv += list(spec.args)
+        argv += keys.server_flags()
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     elif spec.kind == "command":
         values = {"port": str(port), "host": spec.host, "model": spec.model_path, "python": python}
+        values.update({k: v for k, v in (("api_key", keys.api_key), ("admin_api_key", keys.admin_api_key)) if v})
         try:
             argv = [part.format(**values) for part in spec.command] + list(spec.args)
         except (KeyError, IndexError, ValueError) as e:
             raise ServerError(
                 f"[server] command template {list(spec.command)!r}: bad placeholder {e}; "
-                "use {port}, {host}, {model} or {python} (double braces for literal ones)"
+                "use {port}, {host}, {model}, {python}, or {api_key} / {admin_api_key} with api_key_env / "
+                "admin_api_key_env set (double braces for literal ones)"
             ) from None
         if spec.gpus:
             env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
@@ -179,50 +219,58 @@ def start_server(spec: ServerSpec, *, log_dir: Path, stack: ExitStack, base_url:
 
     Teardown runs when ``stack`` closes: on success, failure and Ctrl-C alike.
     """
+    keys = ServerKeys.from_spec(spec)
+    redactor = keys.redactor
+    pre = None
     attach_url = (base_url or (spec.base_url if spec.kind == "attach" else "")).rstrip("/")
     if attach_url:
         check_url(attach_url, "--perf-base-url" if base_url else "[server] base_url")
-        boot_s = wait_ready(attach_url + spec.ready_path, spec.startup_timeout_s, connect_timeout_s=spec.connect_timeout_s)
+        boot_s = wait_ready(
+            attach_url + spec.ready_path, spec.startup_timeout_s, headers=keys.headers(), connect_timeout_s=spec.connect_timeout_s
+        )
         server = RunningServer("attach", attach_url, spec.model_path, [], None, boot_s, spec.gpus)
     else:
         if spec.gpus and spec.kind in ("sglang", "command"):
             hold_gpus(spec.gpus, stack, lock_wait_s)
         if spec.port:
             _check_port_free(spec.host, spec.port)
-        port = spec.port or _free_port(spec.host)
-        argv, extra_env = build_command(spec, port)
+        port = spec.port or _free_port(spec.host, _SGLANG_MAX_PORT if spec.kind == "sglang" else 65535)
+        argv, extra_env = build_command(spec, port, keys)
         env = {**os.environ, **extra_env}
-        pre = None
         if spec.kind == "sglang":
             pre = preflight(spec, argv[0], env)
             env = pre.plan.apply(env)
+            extra_env = pre.plan.apply(extra_env)
         log_path = log_dir / f"server-{spec.kind}-{port}.log"
-        proc = launch(argv, env, log_path)
-        server = RunningServer(spec.kind, f"http://{spec.host}:{port}", spec.model_path, argv, log_path, 0.0, spec.gpus, process=proc)
+        proc = launch(argv, env, log_path, redactor=redactor)
+        server = RunningServer(
+            spec.kind, f"http://{spec.host}:{port}", spec.model_path, proc.argv, log_path, 0.0, spec.gpus,
+            process=proc, env=redactor.env(extra_env),
+        )
         stack.callback(_stop, server, spec)
-        server.boot_s = wait_ready(server.base_url + spec.ready_path, spec.startup_timeout_s, process=proc)
-        if pre is not None:
-            server.versions.update(pre.versions)
-            server.notes.extend(pre.warnings)
-            evidence = verify(spec, pre, log_path.read_text(errors="replace"), env)
-            server.autotune = {
-                "decision": pre.plan.decision,
-                "status": pre.plan.status.status,
-                "ok": evidence.ok,
-                "tuning": evidence.tuning,
-                "cache_dir": evidence.cache_dir,
-                "evidence": evidence.message,
-                "flags_checked_against": pre.flag_source,
-            }
-    with httpx.Client(timeout=10.0) as client:
-        server.info = _get_json(client, server.base_url, "/server_info", "/get_server_info")
-        server.model_info = _get_json(client, server.base_url, "/model_info", "/get_model_info")
-        server.model = _served_model(client, server.base_url, server.model_info.get("served_model_name") or spec.model_path or "default")
+        server.boot_s = wait_ready(
+            server.base_url + spec.ready_path, spec.startup_timeout_s, headers=keys.headers(), process=proc
+        )
+    _read_provenance(server, spec, keys.headers(), redactor)
+    if pre is not None and server.process is not None:
+        server.versions.update(pre.versions)
+        server.notes.extend(pre.warnings)
+        server.autotune = verify(spec, pre, server.process, server.info, env)
+    return server
+
+
+def _read_provenance(server: RunningServer, spec: ServerSpec, headers: dict[str, str], redactor: Redactor) -> None:
+    """/server_info, /model_info, the served model name and the server's own version, with the keys
+    redacted (SGLang returns its server args, ``api_key`` included, and its launch command in clear)."""
+    with httpx.Client(timeout=10.0, headers=headers) as client:
+        server.info = redactor.json(_get_json(client, server.base_url, "/server_info", "/get_server_info"))
+        server.model_info = redactor.json(_get_json(client, server.base_url, "/model_info", "/get_model_info"))
+        fallback = server.model_info.get("served_model_name") or spec.model_path or "default"
+        server.model = redactor.text(_served_model(client, server.base_url, fallback))
         version, source = _server_version(client, server.base_url, server.info)
     if version:
         server.versions["server"] = version
         server.version_source = source
-    return server
 
 
 # Where servers report their version: SGLang (/server_info), vLLM (/version), Hugging Face TGI

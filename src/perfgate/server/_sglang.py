@@ -15,7 +15,7 @@ import json
 import re
 import subprocess
 import tomllib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from perfgate.errors import ServerError
@@ -137,15 +137,18 @@ def sglang_versions(python: str) -> dict[str, str | None]:
     return {key: versions.get(key) for key in ("sglang", "flashinfer", "torch", "cuda")}
 
 
-def sglang_help_text(python: str, timeout_s: float = 600.0) -> str:
+def sglang_help_text(python: str, timeout_s: float = 600.0, env: Mapping[str, str] | None = None) -> str:
     """``python -m sglang.launch_server --help``: the authoritative list of server flags.
 
-    This imports sglang and torch in that interpreter (tens of seconds); ``flags_from_source``
-    is the static fallback. Raises ServerError when the help cannot be produced.
+    This imports sglang and torch in that interpreter (tens of seconds), in ``env`` when given
+    (the server's); ``flags_from_source`` is the static fallback. Raises ServerError when the
+    help cannot be produced.
     """
     argv = [python, "-m", "sglang.launch_server", "--help"]
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout_s, check=False, env=dict(env) if env is not None else None
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ServerError(f"cannot list SGLang's server flags with {' '.join(argv)}: {exc}") from None
     if proc.returncode != 0 or not known_flags(proc.stdout):

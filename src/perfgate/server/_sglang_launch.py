@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from pathlib import Path
+from typing import Any, Mapping
 
 from perfgate.errors import ServerError
 from perfgate.profile import ServerSpec
 from perfgate.server._gpu_procs import gpu_holders
+from perfgate.server._process import ServerProcess, group_members
 from perfgate.server._sglang import check_flags, find_sglang_root, flags_from_source, known_flags, sglang_help_text, sglang_versions
 from perfgate.server.autotune import (
-    AutotuneEvidence,
     AutotunePlan,
     autotune_cache_root,
     plan_autotune,
@@ -36,7 +37,8 @@ def preflight(spec: ServerSpec, python: str, env: Mapping[str, str]) -> SGLangPr
     versions = {k: v for k, v in sglang_versions(python).items() if v}
     version = versions.get("sglang", "unknown")
     try:
-        known, flag_source = known_flags(sglang_help_text(python)), "launch_server --help"
+        # With the server's environment: a CPU or ROCm build may need it just to import.
+        known, flag_source = known_flags(sglang_help_text(python, env=env)), "launch_server --help"
     except ServerError:
         # --help imports torch; when that fails the source still knows the flags.
         known, flag_source = flags_from_source(root), f"{root}/srt/server_args.py"
@@ -67,14 +69,64 @@ def tp_size(spec: ServerSpec) -> int:
     return max(1, len(spec.gpus))
 
 
-def verify(spec: ServerSpec, pre: SGLangPreflight, log_text: str, env: Mapping[str, str]) -> AutotuneEvidence:
-    """Autotune evidence from the boot log; fails the boot under require_autotune when missing."""
+def process_names(pgid: int) -> dict[int, str]:
+    """What each live process of the server's group calls itself (SGLang retitles its children
+    ``sglang::scheduler``, ``sglang::detokenizer``); the command line, shortened, otherwise."""
+    names: dict[int, str] = {}
+    for pid in sorted(group_members(pgid)):
+        try:
+            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        # setproctitle pads the old argv area with spaces or NULs.
+        words = [w.strip() for w in raw.decode(errors="replace").split("\0") if w.strip()]
+        if not words:
+            continue
+        if "multiprocessing.resource_tracker" in " ".join(words):
+            names[pid] = "resource_tracker"
+        elif "-m" in words[:-1]:
+            names[pid] = "python -m " + words[words.index("-m") + 1]
+        else:
+            names[pid] = " ".join(words)[:60]
+    return names
+
+
+def verify(
+    spec: ServerSpec, pre: SGLangPreflight, process: ServerProcess, info: Mapping[str, Any], env: Mapping[str, str]
+) -> dict[str, Any]:
+    """The autotune record of a booted server: the plan, why, and what its processes proved.
+
+    Fails the boot under require_autotune when the log does not prove a complete autotune.
+    """
+    process.flush_log()
     evidence = verify_autotune_log(
-        log_text, tp_size(spec), expect_patch=pre.plan.decision == "patched", cache_before=pre.cache_before
+        process.log_path.read_text(errors="replace"),
+        tp_size(spec),
+        expect_patch=pre.plan.decision == "patched",
+        cache_before=pre.cache_before,
+        device=str(info.get("device") or ""),
+        processes=process_names(process.pid),
     )
     if spec.require_autotune and not evidence.ok:
         raise ServerError(
             f"[server] require_autotune = true but the boot log shows no complete FlashInfer autotune "
             f"(plan: {pre.plan.decision}): {evidence.message}; autotune cache {autotune_cache_root(env)}"
         )
-    return evidence
+    return {
+        "decision": pre.plan.decision,
+        "why": pre.plan.message,
+        "status": pre.plan.status.status,
+        "ok": evidence.ok,
+        "tuning": evidence.tuning,
+        "cache_dir": evidence.cache_dir,
+        "evidence": evidence.message,
+        "hook": {
+            "loaded_in": {str(p): evidence.processes.get(p, "") for p in evidence.loaded_pids},
+            "patched_in": {str(p): evidence.processes.get(p, "") for p in evidence.patched_pids},
+            "decisions": [
+                {"pid": p, "process": evidence.processes.get(p, ""), "result": r} for p, r in evidence.decisions
+            ],
+            "failures": list(evidence.hook_failures),
+        },
+        "flags_checked_against": pre.flag_source,
+    }

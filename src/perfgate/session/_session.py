@@ -205,6 +205,7 @@ class Session:
                     workload,
                     model=server.model,
                     api_key_env=self.profile.server.api_key_env,
+                    admin_api_key_env=self.profile.server.admin_api_key_env,
                     limits=ClientLimits(self.profile.gate.client_max_lag_p99_ms, self.profile.gate.client_max_cpu_share),
                     on_progress=on_progress,
                     repeat=len(repeats),

@@ -15,7 +15,8 @@ Evidence strings, as SGLang and FlashInfer write them:
   <n> configs from <path>``, ``[Autotuner]: Saved <n> configs to <path> (<k> new, ...)``.
   SGLang sets FlashInfer's logger to ERROR in configure_logger, so these appear only with
   a custom SGLANG_LOGGING_CONFIG_PATH; they are used when present, never required.
-- perfgate's hook: ``perfgate-autotune: patched|checked|FAILED ... in pid <n>``.
+- perfgate's hook: ``perfgate-autotune: loaded|patched|checked|FAILED ... in pid <n>`` and
+  ``perfgate-autotune: decision evaluated <target> -> <result> in pid <n>`` (see the hook).
 
 Whether the tuning was fresh or came from the cache is decided from the cache files when
 the caller snapshotted them before the boot (``snapshot_autotune_cache``): FlashInfer
@@ -29,7 +30,7 @@ import hashlib
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -45,7 +46,10 @@ _RANK_FILE = re.compile(r"rank_tp(\d+)_")
 _PREFIX_RANK = re.compile(r"^\[[^\]]*\bTP(\d+)\b[^\]]*\]")
 _FI_LOADED = re.compile(r"\[Autotuner\]: Loaded \d+ configs from (\S+)")
 _FI_SAVED_NEW = re.compile(r"\[Autotuner\]: Saved \d+ configs to (\S+) \((\d+) new")
-_HOOK = re.compile(re.escape(_hook.EVIDENCE_PREFIX) + r" (patched|checked|FAILED)\b.* in pid (\d+)")
+_HOOK = re.compile(
+    re.escape(_hook.EVIDENCE_PREFIX) + r" (loaded|patched|checked|FAILED|decision evaluated)\b(.*) in pid (\d+)"
+)
+_DECISION_RESULT = re.compile(r" -> (.+)$")
 
 
 @dataclass(frozen=True)
@@ -55,9 +59,12 @@ class AutotuneEvidence:
     ranks_started / ranks_completed: TP ranks with a start / completion line.
     tuning: "fresh" (tactics were profiled this boot), "cached" (all loaded from the cache),
     "mixed" (some ranks each), "unknown". cache_dir: the autotune cache directory of this
-    model and configuration ("" when SGLang logged none). patched_pids: processes where the
-    hook patched (or confirmed) SGLang; hook_failures: its FAILED lines. lines: every
-    evidence line found, in log order. ok / message: the verdict for ``require_autotune``.
+    model and configuration ("" when SGLang logged none). loaded_pids: processes where the
+    hook was installed; patched_pids: where it patched (or confirmed) SGLang's decision;
+    decisions: (pid, result) each time SGLang called the decision; processes: names of the
+    server's processes by pid, when the caller knew them; hook_failures: its FAILED lines.
+    lines: every evidence line found, in log order. ok / message: the verdict for
+    ``require_autotune``.
     """
 
     ok: bool
@@ -71,6 +78,27 @@ class AutotuneEvidence:
     patched_pids: tuple[int, ...]
     hook_failures: tuple[str, ...]
     lines: tuple[str, ...]
+    loaded_pids: tuple[int, ...] = ()
+    decisions: tuple[tuple[int, str], ...] = ()
+    processes: Mapping[int, str] = field(default_factory=dict)
+
+    def hook_summary(self) -> str:
+        """Where the hook was loaded, where it patched, and where SGLang decided ("" without a hook)."""
+        if not (self.loaded_pids or self.patched_pids or self.hook_failures):
+            return ""
+        decided = ", ".join(f"{self._name(pid)} -> {result}" for pid, result in self.decisions)
+        return (
+            f"perfgate hook loaded in {len(self.loaded_pids)} process(es) ({self._names(self.loaded_pids)}), "
+            f"patched the decision in {self._names(self.patched_pids) or 'none'}, "
+            f"decision evaluated in {decided or 'no process'}"
+        )
+
+    def _name(self, pid: int) -> str:
+        name = self.processes.get(pid)
+        return f"pid {pid} ({name})" if name else f"pid {pid}"
+
+    def _names(self, pids: tuple[int, ...]) -> str:
+        return ", ".join(self._name(p) for p in pids)
 
 
 def autotune_cache_root(env: Mapping[str, str] | None = None) -> Path:
@@ -101,6 +129,8 @@ def verify_autotune_log(
     *,
     expect_patch: bool = False,
     cache_before: Mapping[str, str] | None = None,
+    device: str = "",
+    processes: Mapping[int, str] | None = None,
 ) -> AutotuneEvidence:
     """Judge the autotune evidence in a server log for a ``tp_size``-rank server.
 
@@ -108,12 +138,16 @@ def verify_autotune_log(
     hook, and, with ``expect_patch`` (the plan's decision was "patched"), at least one
     process where the hook patched SGLang. ``cache_before`` is a ``snapshot_autotune_cache``
     taken before the boot; with it, fresh vs cached comes from the files themselves.
+    ``device`` (the server's resolved ``device``) explains an autotune that cannot run on
+    this host; ``processes`` names the server's pids in the message.
     """
     started: set[int] = set()
     completed: set[int] = set()
     unattributed_starts = unattributed_dones = 0
     cache_files: list[str] = []
     pids: list[int] = []
+    loaded: list[int] = []
+    decisions: list[tuple[int, str]] = []
     failures: list[str] = []
     lines: list[str] = []
     fresh_signal = cached_signal = uncached_run = False
@@ -121,10 +155,16 @@ def verify_autotune_log(
         hook = _HOOK.search(line)
         if hook:
             lines.append(line)
-            if hook.group(1) == "FAILED":
+            kind, pid = hook.group(1), int(hook.group(3))
+            if kind == "FAILED":
                 failures.append(line[line.index(_hook.EVIDENCE_PREFIX):])
-            elif int(hook.group(2)) not in pids:
-                pids.append(int(hook.group(2)))
+            elif kind == "loaded":
+                loaded.append(pid)
+            elif kind == "decision evaluated":
+                result = _DECISION_RESULT.search(hook.group(2))
+                decisions.append((pid, result.group(1) if result else "?"))
+            elif pid not in pids:
+                pids.append(pid)
             continue
         if _START in line:
             lines.append(line)
@@ -186,16 +226,9 @@ def verify_autotune_log(
     elif missing_done:
         problems.append(f"autotune started but no '{_DONE}' line from TP rank(s) "
                         f"{_ranks(missing_done)}")
-    if problems:
-        message = "FlashInfer autotune not verified: " + "; ".join(problems)
-    else:
-        where = f" in {cache_dir}" if cache_dir else ""
-        message = f"FlashInfer autotune ran on {tp_size}/{tp_size} TP ranks ({tuning} tactics{where})"
-        if pids:
-            message += f"; perfgate hook active in {len(pids)} process(es)"
-    return AutotuneEvidence(
+    evidence = AutotuneEvidence(
         ok=not problems,
-        message=message,
+        message="",
         tp_size=tp_size,
         ranks_started=tuple(sorted(started)),
         ranks_completed=tuple(sorted(completed)),
@@ -205,7 +238,28 @@ def verify_autotune_log(
         patched_pids=tuple(pids),
         hook_failures=tuple(failures),
         lines=tuple(lines),
+        loaded_pids=tuple(dict.fromkeys(loaded)),
+        decisions=tuple(decisions),
+        processes=dict(processes or {}),
     )
+    hook = evidence.hook_summary()
+    if not started and device and device != "cuda":
+        # Nothing to verify is not the same as a failed tuning: say why it cannot happen here.
+        message = (
+            f"FlashInfer autotune not run on this host: the server runs on device {device!r}, and SGLang "
+            "autotunes FlashInfer's MoE kernels only on CUDA GPUs of compute capability 9 or newer"
+        )
+        extra = [p for p in problems if not p.startswith(f"no '{_START}'")]
+        if extra:
+            message += "; " + "; ".join(extra)
+    elif problems:
+        message = "FlashInfer autotune not verified: " + "; ".join(problems)
+    else:
+        where = f" in {cache_dir}" if cache_dir else ""
+        message = f"FlashInfer autotune ran on {tp_size}/{tp_size} TP ranks ({tuning} tactics{where})"
+    if hook:
+        message += f"; {hook}"
+    return replace(evidence, message=message)
 
 
 def _rank(line: str, cache_path: str, tp_size: int) -> int | None:

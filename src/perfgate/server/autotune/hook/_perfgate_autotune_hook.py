@@ -21,6 +21,17 @@ the capability gate stays SGLang's own (major >= 9, the gate SGLang 0.5.13 appli
 lists ``flashinfer_cutlass`` natively, which SM120 passes), and when the list is not where
 it is expected nothing is changed and the process says so on stderr.
 
+Proof from inside the server
+----------------------------
+Every line this hook writes goes to stderr (the server log) as
+``perfgate-autotune: <what> in pid N``: ``loaded`` when the hook is installed (every process
+of the server), ``patched`` / ``checked`` when the target module was rewritten (the processes
+that import it: SGLang's schedulers), and ``decision evaluated <target> -> <result>`` each time
+SGLang calls the decision: after the rewrite the function is wrapped, so the line comes from
+the process and the call where SGLang actually decided. A release can import the module
+without ever asking (0.5.12's ``ModelRunner.kernel_warmup`` returns before the decision when
+the device is not CUDA): then there is no such line, and perfgate says so.
+
 The rewrite happens in a meta-path finder: when the target module is imported, its loader
 is wrapped so the module's source is parsed, the list is extended, and the tree is compiled
 with the original file name (tracebacks keep their lines). Files in site-packages are never
@@ -32,10 +43,12 @@ starts with this directory and whose environment names the target in ``ENV_VAR``
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.abc
 import importlib.machinery
 import os
 import sys
+import types
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -166,6 +179,35 @@ def _say(message: str) -> None:
     sys.stderr.flush()
 
 
+def instrument(module: types.ModuleType, qualname: str, spec_text: str) -> None:
+    """Wrap the function ``qualname`` of ``module`` so every call says what it decided, and where.
+
+    Raises LookupError when ``qualname`` is not a plain function of the module or its class.
+    """
+    *classes, name = qualname.split(".")
+    holder: object = module
+    for class_name in classes:
+        holder = getattr(holder, class_name, None)
+        if not isinstance(holder, type):
+            raise LookupError(f"{qualname}: {class_name} is not a class of {module.__name__}")
+    namespace = vars(holder)
+    original = namespace.get(name)
+    if not isinstance(original, types.FunctionType):
+        raise LookupError(f"{qualname} is not a plain function (found {type(original).__name__})")
+
+    @functools.wraps(original)
+    def decision(*args, **kwargs):
+        try:
+            result = original(*args, **kwargs)
+        except BaseException as exc:
+            _say(f"decision evaluated {spec_text} -> raised {type(exc).__name__}")
+            raise
+        _say(f"decision evaluated {spec_text} -> {result!r}")
+        return result
+
+    setattr(holder, name, decision)
+
+
 class _PatchingLoader(importlib.abc.Loader):
     """Runs the target module from its source with the backend list extended."""
 
@@ -196,6 +238,11 @@ class _PatchingLoader(importlib.abc.Loader):
         code = compile(tree, origin, "exec", dont_inherit=True)
         # What SourceFileLoader.exec_module does with the code it compiles.
         exec(code, module.__dict__)  # noqa: S102
+        try:
+            instrument(module, self._qualname, self._spec_text)
+        except LookupError as exc:
+            # The patch stands; only the proof of its use is missing, and the verifier says so.
+            _say(f"FAILED to instrument {self._spec_text} ({exc}); calls of the decision are not reported")
         if changed:
             _say(f"patched {self._spec_text}: {CUTLASS} added to the autotuned MoE backends")
         else:
@@ -234,6 +281,7 @@ def install(spec_text: str) -> None:
         return
     if not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.insert(0, _Finder(module, qualname))
+        _say(f"loaded for {spec_text}")
 
 
 def install_from_environment() -> None:

@@ -1,0 +1,135 @@
+"""The server's API keys: read from the environment, sent where needed, never recorded.
+
+A profile names environment variables (``[server] api_key_env``, ``admin_api_key_env``),
+never a key. perfgate reads the keys once, hands them to an SGLang it launches as
+``--api-key`` / ``--admin-api-key``, sends them as bearer tokens, and replaces them with
+``<redacted>`` in everything it records: the launch command, the environment it added, the
+server's /server_info (SGLang returns ``api_key`` and the launch command in clear), error
+messages and the server log it captures (SGLang logs its server args, keys included).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from perfgate.errors import ServerError
+from perfgate.profile import ServerSpec
+
+REDACTED = "<redacted>"
+# Server flags whose value is a credential, whatever the value is.
+SECRET_FLAGS = ("--api-key", "--admin-api-key")
+# Keys of JSON objects (SGLang's server args) whose value is a credential.
+_SECRET_KEY = re.compile(r"(?:^|_)(?:api_key|token|secret|password)$", re.IGNORECASE)
+
+
+def read_key(variable: str, setting: str) -> str:
+    """The value of environment ``variable`` named by ``[server] setting``; ServerError when unset."""
+    value = os.environ.get(variable, "")
+    if not value:
+        raise ServerError(
+            f"[server] {setting} = {variable!r}: the environment variable {variable} is not set (or empty); "
+            "export the server's key there before running perfgate"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class ServerKeys:
+    """The bearer tokens of one server: ``api_key`` for serving endpoints, ``admin_api_key`` for
+    admin ones (SGLang's /flush_cache accepts only the admin key once one is set)."""
+
+    api_key: str = ""
+    admin_api_key: str = ""
+
+    @classmethod
+    def from_spec(cls, spec: ServerSpec) -> ServerKeys:
+        return cls(
+            read_key(spec.api_key_env, "api_key_env") if spec.api_key_env else "",
+            read_key(spec.admin_api_key_env, "admin_api_key_env") if spec.admin_api_key_env else "",
+        )
+
+    def headers(self, *, admin: bool = False) -> dict[str, str]:
+        token = (self.admin_api_key or self.api_key) if admin else self.api_key
+        return {"Authorization": f"Bearer {token}"} if token else {}
+
+    def server_flags(self) -> list[str]:
+        """SGLang's flags that hand it the keys."""
+        flags = []
+        if self.api_key:
+            flags += ["--api-key", self.api_key]
+        if self.admin_api_key:
+            flags += ["--admin-api-key", self.admin_api_key]
+        return flags
+
+    @property
+    def redactor(self) -> Redactor:
+        return Redactor(tuple(k for k in (self.api_key, self.admin_api_key) if k))
+
+
+@dataclass(frozen=True)
+class Redactor:
+    """Replaces known secret values, and the values of secret flags and keys, with ``<redacted>``."""
+
+    secrets: tuple[str, ...] = ()
+
+    def text(self, text: str) -> str:
+        # Longest first, so a key that contains another is not left half visible.
+        for secret in sorted(self.secrets, key=len, reverse=True):
+            text = text.replace(secret, REDACTED)
+        return text
+
+    def argv(self, argv: Sequence[str]) -> list[str]:
+        out: list[str] = []
+        hide_next = False
+        for token in argv:
+            if hide_next:
+                out.append(REDACTED)
+                hide_next = False
+                continue
+            flag, eq, _ = token.partition("=")
+            if flag in SECRET_FLAGS:
+                out.append(f"{flag}={REDACTED}" if eq else token)
+                hide_next = not eq
+                continue
+            out.append(self.text(token))
+        return out
+
+    def env(self, env: Mapping[str, str]) -> dict[str, str]:
+        return {k: REDACTED if _SECRET_KEY.search(k) or v in self.secrets else self.text(v) for k, v in env.items()}
+
+    def json(self, obj: Any) -> Any:
+        """A copy of JSON-like ``obj`` with secret keys' values and every secret occurrence redacted."""
+        if isinstance(obj, dict):
+            return {
+                k: (REDACTED if v and isinstance(k, str) and _SECRET_KEY.search(k) else self.json(v))
+                for k, v in obj.items()
+            }
+        if isinstance(obj, list):
+            return [self.json(v) for v in obj]
+        if isinstance(obj, str):
+            return self.text(obj)
+        return obj
+
+    def lines(self, chunks: Iterable[bytes]) -> Iterable[bytes]:
+        """``chunks`` of a byte stream with every secret replaced; a secret split over two reads
+        is caught because output is released one whole line at a time."""
+        secrets = [s.encode() for s in sorted(self.secrets, key=len, reverse=True)]
+        tail = b""
+        for chunk in chunks:
+            data = tail + chunk
+            cut = data.rfind(b"\n") + 1
+            tail = data[cut:]
+            if cut:
+                yield _replace_all(data[:cut], secrets)
+        if tail:
+            yield _replace_all(tail, secrets)
+
+
+def _replace_all(data: bytes, secrets: list[bytes]) -> bytes:
+    for secret in secrets:
+        data = data.replace(secret, REDACTED.encode())
+    return data

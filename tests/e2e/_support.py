@@ -1,0 +1,90 @@
+"""Running perfgate's own gate (perf_tests/) in a pytest subprocess, as a user runs it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PERF_TESTS = REPO / "perf_tests"
+
+
+def gate(profile: Path, baselines: Path, *args: str, timeout_s: float = 1200) -> pytest.RunResult:
+    """``pytest perf_tests --perf-profile PROFILE --perf-baselines BASELINES ARGS`` in a subprocess,
+    from the repository root (so a profile's relative paths resolve as in a user's run).
+
+    A plain subprocess, not pytester: pytester restores ``sys.modules`` after each test, and an
+    httpx client used in-process afterwards then met httpcore exception classes it did not
+    know (a bare httpcore.ConnectError escaped its mapping).
+    """
+    argv = [sys.executable, "-m", "pytest", str(PERF_TESTS), "-p", "no:cacheprovider", "-rs", f"--rootdir={REPO}",
+            f"--perf-profile={profile}", f"--perf-baselines={baselines}", *args]
+    t0 = time.monotonic()
+    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout_s, check=False)
+    return pytest.RunResult(proc.returncode, proc.stdout.splitlines(), proc.stderr.splitlines(), time.monotonic() - t0)
+
+
+def processes_marked(environ_entry: str, path_marker: str = "") -> dict[int, str]:
+    """Live processes (pid -> command line) whose environment holds ``environ_entry``
+    ("NAME=value"), or whose command line or memory map names ``path_marker`` (a venv).
+
+    SGLang's children retitle themselves (``sglang::scheduler``) with setproctitle, which
+    overwrites their command line and the environment block /proc shows; the venv's libraries
+    (torch) in their memory map still say where they come from.
+    """
+    needle = environ_entry.encode() + b"\0"
+    found: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            state = (entry / "stat").read_text().rsplit(")", 1)[-1].split()[0]
+            environ = (entry / "environ").read_bytes() + b"\0"
+            maps = (entry / "maps").read_text(errors="replace") if path_marker else ""
+        except OSError:
+            continue
+        if state == "Z":
+            continue
+        if needle in environ or (path_marker and (path_marker in cmd or path_marker in maps)):
+            found[int(entry.name)] = cmd
+    return found
+
+
+def toml_text(doc: dict) -> str:
+    """A TOML document for a profile-shaped dict (tables, arrays of tables, scalars, lists, inline tables)."""
+    lines: list[str] = []
+
+    def value(v: object) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, (int, float)):
+            return repr(v)
+        if isinstance(v, str):
+            return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        if isinstance(v, (list, tuple)):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        if isinstance(v, dict):
+            return "{ " + ", ".join(f"{k} = {value(x)}" for k, x in v.items()) + " }"
+        raise TypeError(f"cannot write {type(v).__name__} to TOML")
+
+    def table(header: str, body: dict) -> None:
+        if header:
+            lines.append(header)
+        lines.extend(f"{k} = {value(v)}" for k, v in body.items())
+        lines.append("")
+
+    scalars = {k: v for k, v in doc.items() if not isinstance(v, (dict, list))}
+    table("", scalars)
+    for k, v in doc.items():
+        if isinstance(v, dict):
+            table(f"[{k}]", v)
+        elif isinstance(v, list):
+            for item in v:
+                table(f"[[{k}]]", item)
+    return "\n".join(lines)

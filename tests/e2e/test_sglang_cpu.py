@@ -1,0 +1,320 @@
+"""perfgate's kind = "sglang" path against the real PyPI SGLang, on CPU.
+
+Runs in `tox -e e2e-sglang`, which builds one virtual environment per release
+(`python -m perfgate.testing.sglang_env`) and the tiny model, and sets PERFGATE_E2E_SGLANG=1.
+Without that variable (a plain `pytest`) the tests are skipped with that reason, so the unit
+run stays minutes shorter; with it, a missing environment fails them: CI cannot skip quietly.
+
+Every boot goes through perfgate's own launch path (preflight against the release's real
+`launch_server --help`, boot, readiness on /health_generate, /server_info provenance, the
+autotune plan and its evidence, teardown), and after every session the test scans /proc for
+any process of that server left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+
+from perfgate.errors import ServerError
+from perfgate.profile import Profile, load_profile
+from perfgate.server import start_server
+from perfgate.server._sglang_launch import preflight
+from perfgate.testing._sglang_env import SGLangEnv, find_sglang_env
+from tests.e2e._support import PERF_TESTS, REPO, gate, processes_marked, toml_text
+
+PROFILE = REPO / "profiles" / "sglang-cpu-tiny.toml"
+CACHE = REPO / ".perfgate-cache" / "sglang"
+MODEL = REPO / ".perfgate-cache" / "tiny-model"
+MARK = "PERFGATE_E2E_MARK"
+WORKLOADS = ("native-c16-in128-out32", "oai-c16-in128-out32")
+# The negative control (see the profile's comments for the measured ratios).
+SLOWER = ("--chunked-prefill-size", "4")
+
+
+@dataclass(frozen=True)
+class Release:
+    """One SGLang release ready to serve: its environment and a profile pointing at it."""
+
+    version: str
+    env: SGLangEnv
+    profile: Path
+    mark: str
+
+    def load(self) -> Profile:
+        return load_profile(self.profile)
+
+    def leftovers(self) -> dict[int, str]:
+        """Processes of this release's servers still alive (by the profile's environment mark
+        or the venv's interpreter on the command line)."""
+        return processes_marked(f"{MARK}={self.mark}", str(self.env.root))
+
+    def assert_no_leftovers(self, when: str) -> None:
+        left = self.leftovers()
+        assert not left, f"SGLang {self.version}: processes left after {when}: {left}"
+
+
+def write_profile(
+    path: Path, env: SGLangEnv, mark: str, workload: dict | None = None, gate: dict | None = None, **server: object
+) -> Path:
+    """The shipped profile with this environment's interpreter and library path filled in,
+    ``server`` and ``gate`` keys replaced and ``workload`` keys set in every workload."""
+    doc = tomllib.loads(PROFILE.read_text())
+    doc["server"]["python"] = str(env.python)
+    doc["server"]["model_path"] = str(MODEL)
+    doc["server"]["env"] = {**doc["server"]["env"], **env.env, MARK: mark}
+    doc["server"].update(server)
+    doc["gate"].update(gate or {})
+    for w in doc["workload"]:
+        w.update(workload or {})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(toml_text(doc))
+    return path
+
+
+@pytest.fixture(scope="module", params=["0.5.23", "0.5.12"])
+def release(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
+    version = request.param
+    env = find_sglang_env(version, CACHE)
+    build = f"`python -m perfgate.testing.sglang_env --version {version} --cache .perfgate-cache/sglang`"
+    if not os.environ.get("PERFGATE_E2E_SGLANG"):
+        state = "built" if env is not None else f"not built (build it with {build})"
+        pytest.skip(f"real SGLang {version} end to end runs in `tox -e e2e-sglang` or with PERFGATE_E2E_SGLANG=1 "
+                    f"(its environment under {CACHE} is {state})")
+    if env is None:
+        pytest.fail(f"SGLang {version} environment not built under {CACHE}: run {build}", pytrace=False)
+    if not MODEL.exists():
+        pytest.fail(f"{MODEL} is missing: `python -m perfgate.testing.tinymodel --cache .perfgate-cache/tinymodel "
+                    "--link .perfgate-cache/tiny-model` (tox -e e2e-sglang does)", pytrace=False)
+    mark = uuid.uuid4().hex
+    rel = Release(version, env, write_profile(tmp_path_factory.mktemp(f"sglang-{version}") / "profile.toml", env, mark), mark)
+    yield rel
+    rel.assert_no_leftovers("the module's tests")
+
+
+def test_preflight_reads_the_real_help_and_names_flags_this_release_lacks(release: Release) -> None:
+    spec = release.load().server
+    pre = preflight(spec, spec.python, {**os.environ, **spec.env})
+    assert pre.flag_source == "launch_server --help"
+    assert pre.versions["sglang"] == release.version
+    # 0.5.23 removed --nsa-decode-backend (0.5.20 renamed it); 0.5.12 predates
+    # --cuda-graph-backend-decode (0.5.14), which replaced --disable-cuda-graph.
+    bad, expected = {
+        "0.5.23": (("--nsa-decode-backend", "trtllm"), "renamed to --dsa-decode-backend"),
+        "0.5.12": (("--cuda-graph-backend-decode", "disabled"), "--cuda-graph-backend-decode is unknown"),
+    }[release.version]
+    with pytest.raises(ServerError) as exc:
+        preflight(replace(spec, args=spec.args + bad), spec.python, {**os.environ, **spec.env})
+    message = str(exc.value)
+    assert f"SGLang {release.version} does not accept" in message and expected in message, message
+
+
+def test_record_pass_and_catch_a_slower_configuration(release: Release, tmp_path: Path) -> None:
+    baselines, results = tmp_path / "baselines", tmp_path / "results"
+    recorded = gate(release.profile, baselines, "--perf-update-baselines", f"--perf-results={results}")
+    recorded.assert_outcomes(passed=6, skipped=2)
+    release.assert_no_leftovers("the recording session")
+    doc = json.loads(next(results.glob("results-*.json")).read_text())
+    server = doc["server"]
+    assert server["versions"]["sglang"] == release.version == server["server_info"]["version"]
+    assert server["server_info"]["attention_backend"] == "torch_native"
+    assert server["launch_command"][1:3] == ["-m", "sglang.launch_server"]
+    assert server["env"]["SGLANG_USE_CPU_ENGINE"] == "1"
+    autotune = server["autotune"]
+    assert autotune["evidence"].startswith("FlashInfer autotune not run on this host: the server runs on device 'cpu'")
+    if release.version == "0.5.23":
+        assert autotune["decision"] == "native" and "lists flashinfer_cutlass" in autotune["why"]
+        assert autotune["hook"]["loaded_in"] == {}
+    else:
+        # "auto" decides to patch 0.5.12, and every process of the server loads the hook.
+        assert autotune["decision"] == "patched" and "leaves flashinfer_cutlass out" in autotune["why"]
+        names = set(autotune["hook"]["loaded_in"].values())
+        assert {"python -m sglang.launch_server", "sglang::scheduler", "sglang::detokenizer"} <= names, names
+        assert list(autotune["hook"]["patched_in"].values()) == ["sglang::scheduler"]
+        # 0.5.12's kernel_warmup returns before the decision on a non-CUDA device.
+        assert autotune["hook"]["decisions"] == []
+    files = sorted(baselines.rglob("*.json"))
+    assert [f.name.split("--")[0] for f in files] == sorted(WORKLOADS)
+    for f in files:
+        baseline = json.loads(f.read_text())
+        assert baseline["provenance"]["versions"]["sglang"] == release.version
+        assert baseline["provenance"]["server"]["server_info"]["version"] == release.version
+        assert len(baseline["repeats"]) == 3 and baseline["repeats"][0]["total_output_tokens"] == 64 * 32
+
+    again = gate(release.profile, baselines, f"--perf-results={tmp_path / 'results-again'}")
+    again.assert_outcomes(passed=6, skipped=2)
+    release.assert_no_leftovers("the passing gate session")
+
+    profile = release.load()
+    with ExitStack() as stack:
+        slow = start_server(replace(profile.server, args=profile.server.args + SLOWER), log_dir=tmp_path / "slow", stack=stack)
+        # One repeat: against a 3-repeat baseline the tolerance alone decides, which is enough for a
+        # 5-8x effect, and each repeat of the slowed server takes ~20 s.
+        degraded = gate(release.profile, baselines, f"--perf-base-url={slow.base_url}", "--perf-repeats=1",
+                        f"--perf-results={tmp_path / 'results-slow'}")
+    release.assert_no_leftovers("the slower server")
+    out = degraded.stdout.str()
+    assert degraded.ret == pytest.ExitCode.TESTS_FAILED, out[-3000:]
+    for workload in WORKLOADS:
+        for test, metric in (("test_throughput", "output_throughput"), ("test_latency", "mean_tpot_ms")):
+            assert f"_ {test}[{workload}] _" in out, out[-4000:]
+            assert f"{workload}: {metric} " in out, out[-4000:]
+
+
+def test_require_autotune_fails_the_boot_where_it_cannot_run(release: Release, tmp_path: Path) -> None:
+    # "force" on 0.5.12 patches whatever the release says; 0.5.23 keeps "auto" (native).
+    mode = "force" if release.version == "0.5.12" else "auto"
+    profile = load_profile(write_profile(tmp_path / "p.toml", release.env, release.mark,
+                                         flashinfer_cutlass_autotune=mode, require_autotune=True))
+    with pytest.raises(ServerError) as exc, ExitStack() as stack:
+        start_server(profile.server, log_dir=tmp_path / "logs", stack=stack)
+    release.assert_no_leftovers("the refused boot")
+    message = str(exc.value)
+    assert "require_autotune = true" in message
+    assert "FlashInfer autotune not run on this host: the server runs on device 'cpu'" in message
+    if release.version == "0.5.12":
+        assert "(plan: patched)" in message
+        assert "patched the decision in pid" in message and "(sglang::scheduler)" in message
+        assert "decision evaluated in no process" in message
+    else:
+        assert "(plan: native)" in message and "perfgate hook" not in message
+
+
+def test_the_patched_decision_reports_itself_inside_real_sglang(release: Release) -> None:
+    """0.5.12's real model_runner, imported with the hook in its own venv: the decision SGLang
+    never reaches on CPU, called directly with the GPU capability SM120 reports."""
+    if release.version != "0.5.12":
+        pytest.skip("0.5.23 decides natively; perfgate installs no hook there")
+    from perfgate.server.autotune import plan_autotune
+    from perfgate.server._sglang import find_sglang_root
+
+    python = str(release.env.python)
+    plan = plan_autotune("auto", find_sglang_root(python))
+    code = (
+        "import types, torch\n"
+        "torch.cuda.get_device_capability = lambda *a: (12, 0)\n"
+        "from sglang.srt.model_executor.model_runner import ModelRunner\n"
+        "for backend in ('flashinfer_cutlass', 'flashinfer_trtllm', 'triton'):\n"
+        "    args = types.SimpleNamespace(disable_flashinfer_autotune=False, moe_runner_backend=backend,"
+        " moe_a2a_backend='none')\n"
+        "    me = types.SimpleNamespace(server_args=args, is_draft_worker=False,"
+        " spec_algorithm=types.SimpleNamespace(is_speculative=lambda: False))\n"
+        "    print(backend, ModelRunner._should_run_flashinfer_autotune(me))\n"
+    )
+    env = plan.apply({**os.environ, **release.env.env})
+    proc = subprocess.run([python, "-c", code], capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split("\n")[:3] == ["flashinfer_cutlass True", "flashinfer_trtllm True", "triton False"]
+    hook = [line for line in proc.stderr.splitlines() if line.startswith("perfgate-autotune:")]
+    target = "sglang.srt.model_executor.model_runner:ModelRunner._should_run_flashinfer_autotune"
+    assert hook[0] == f"perfgate-autotune: loaded for {target} in pid {proc_pid(hook[0])}"
+    assert f"perfgate-autotune: patched {target}: flashinfer_cutlass added" in hook[1]
+    assert [h.split(" -> ")[1].split(" in pid")[0] for h in hook[2:]] == ["True", "True", "False"], hook
+
+
+def proc_pid(line: str) -> int:
+    return int(line.rsplit(" ", 1)[1])
+
+
+def test_interrupting_a_session_mid_workload_leaves_no_server_process(release: Release, tmp_path: Path) -> None:
+    if release.version != "0.5.12":
+        pytest.skip("the teardown path is perfgate's own; one release exercises it")
+    out = tmp_path / "gate.out"
+    argv = [sys.executable, "-m", "pytest", str(PERF_TESTS), "-p", "no:cacheprovider", f"--rootdir={REPO}",
+            f"--perf-profile={release.profile}", f"--perf-baselines={tmp_path / 'baselines'}", "-k", WORKLOADS[0]]
+    with out.open("wb") as f:
+        session = subprocess.Popen(argv, cwd=REPO, stdout=f, stderr=subprocess.STDOUT)
+    running: dict[int, str] = {}
+    try:
+        deadline = time.monotonic() + 240
+        while " measure: " not in out.read_text(errors="replace"):
+            assert session.poll() is None, out.read_text()[-3000:]
+            assert time.monotonic() < deadline, "the workload never started:\n" + out.read_text()[-3000:]
+            time.sleep(0.2)
+        running = release.leftovers()
+    finally:
+        # Ctrl-C, also when the wait above failed: a killed session could not tear its server down.
+        session.send_signal(signal.SIGINT)
+        try:
+            session.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            session.kill()
+            session.wait()
+    # main, scheduler, detokenizer, resource_tracker were up when the signal came.
+    assert len(running) >= 4, running
+    assert any(name.startswith("sglang::scheduler") for name in running.values()), running
+    text = out.read_text(errors="replace")
+    assert "KeyboardInterrupt" in text, text[-3000:]
+    release.assert_no_leftovers("SIGINT in the middle of a workload")
+
+
+def test_a_secured_server_authenticates_every_call_and_its_keys_are_written_nowhere(
+    release: Release, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if release.version != "0.5.23":
+        pytest.skip("SGLang's auth is the same in both releases; one exercises it")
+    api_key, admin_key = f"pgkey-{uuid.uuid4().hex}", f"pgadmin-{uuid.uuid4().hex}"
+    monkeypatch.setenv("PERFGATE_E2E_API_KEY", api_key)
+    monkeypatch.setenv("PERFGATE_E2E_ADMIN_KEY", admin_key)
+    profile_path = write_profile(
+        tmp_path / "secured.toml", release.env, release.mark,
+        # /flush_cache is an admin endpoint: with an admin key set, SGLang accepts only that one.
+        workload={"flush_cache": True, "repeats": 1},
+        # This session checks authentication and records, not timing: a client starved of CPU by
+        # other jobs (1.5 s loop lag seen) must not make its one repeat invalid.
+        gate={"client_max_lag_p99_ms": 60_000.0},
+        api_key_env="PERFGATE_E2E_API_KEY", admin_api_key_env="PERFGATE_E2E_ADMIN_KEY",
+    )
+    profile = load_profile(profile_path)
+    written = tmp_path / "written"
+    with ExitStack() as stack:
+        server = start_server(profile.server, log_dir=written / "server", stack=stack)
+        # The server enforces the keys: only health, readiness and metrics are open without one.
+        import httpx
+
+        with httpx.Client(base_url=server.base_url, timeout=30) as plain:
+            assert plain.get("/health_generate").status_code == 200
+            for path in ("/server_info", "/model_info", "/v1/models"):
+                assert plain.get(path).status_code == 401, path
+            assert plain.post("/flush_cache").status_code == 401
+            user = {"Authorization": f"Bearer {api_key}"}
+            assert plain.post("/flush_cache", headers=user).status_code == 401  # the admin key only
+            assert plain.post("/generate", json={"input_ids": [5, 6], "sampling_params": {"max_new_tokens": 2}}).status_code == 401
+        # perfgate read its provenance with the key, and recorded it without.
+        assert server.info["version"] == release.version and server.model_info["model_path"]
+        assert server.info["api_key"] == server.info["admin_api_key"] == "<redacted>"
+        argv = server.provenance()["launch_command"]
+        assert argv[argv.index("--api-key") + 1] == argv[argv.index("--admin-api-key") + 1] == "<redacted>"
+        (written / "provenance.json").write_text(json.dumps(server.provenance()))
+        session = gate(
+            profile_path, written / "baselines", f"--perf-base-url={server.base_url}",
+            "--perf-update-baselines", f"--perf-results={written / 'results'}", f"--junitxml={written / 'junit.xml'}",
+        )
+        (written / "terminal.txt").write_text(session.stdout.str() + session.stderr.str())
+        session.assert_outcomes(passed=6, skipped=2)
+    release.assert_no_leftovers("the secured server")
+    log = server.log_path.read_text()
+    # Every authenticated call reached the server (uvicorn's access log, as perfgate captured it).
+    for call in ('"GET /server_info HTTP/1.1" 200', '"GET /model_info HTTP/1.1" 200', '"GET /v1/models HTTP/1.1" 200',
+                 '"POST /flush_cache?timeout=60 HTTP/1.1" 200', '"POST /generate HTTP/1.1" 200',
+                 '"POST /v1/completions HTTP/1.1" 200'):
+        assert call in log, call
+    # SGLang logs its server args, keys included; perfgate's copy of the log has them redacted.
+    assert "'api_key': '<redacted>'" in log
+    files = [p for p in written.rglob("*") if p.is_file()]
+    assert {p.suffix for p in files} >= {".json", ".log", ".xml", ".md", ".txt"}, files
+    for path in files:
+        data = path.read_bytes()
+        assert api_key.encode() not in data and admin_key.encode() not in data, f"a key leaked into {path}"
