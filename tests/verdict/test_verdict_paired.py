@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from perfgate._stats import median
-from perfgate.verdict import MetricRule, binomial_half_cdf, judge_paired, median_interval, sign_test_p
+from perfgate.verdict import MetricRule, binomial_half_cdf, judge_paired, median_interval, sign_test_min_rounds, sign_test_p
 
 WL = "c64-in256-out128"
 TPUT = MetricRule("output_throughput", "higher", tolerance=0.03)
@@ -221,3 +221,9 @@ def test_false_alarms_stay_below_alpha_without_a_change() -> None:
                 (m,) = judge_paired(WL, [rule], [{rule.metric: x} for x in a], [{rule.metric: y} for y in b]).metrics
                 fails += m.status == "fail"
             assert fails / 4000 <= 0.05, (n, tolerance, fails)
+
+
+@pytest.mark.parametrize(("alpha", "rounds"), [(0.05, 5), (1 / 32, 5), (0.01, 7), (0.1, 4), (0.5, 1)])
+def test_fewest_rounds_for_the_sign_test(alpha: float, rounds: int) -> None:
+    assert sign_test_min_rounds(alpha) == rounds
+    assert 0.5**rounds <= alpha * (1 + 1e-9) and (rounds == 1 or 0.5 ** (rounds - 1) > alpha)

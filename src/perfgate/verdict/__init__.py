@@ -23,6 +23,7 @@ from perfgate.verdict._paired import (
     binomial_half_cdf,
     judge_paired,
     median_interval,
+    sign_test_min_rounds,
     sign_test_p,
 )
 from perfgate.verdict._rules import MetricRule, rules_for
@@ -48,6 +49,7 @@ __all__ = [
     "median_interval",
     "min_p_value",
     "rules_for",
+    "sign_test_min_rounds",
     "sign_test_p",
     "unit_of",
 ]

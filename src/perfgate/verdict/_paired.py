@@ -238,7 +238,7 @@ def _judge_metric(
     if has_test:
         evidence.append(f"sign test p={p_value:.2g}")
     else:
-        evidence.append(f"too few rounds for a noise test at alpha {alpha:g} (need {_rounds_needed(alpha)}), tolerance alone")
+        evidence.append(f"too few rounds for a noise test at alpha {alpha:g} (need {sign_test_min_rounds(alpha)}), tolerance alone")
     evidence.append(f"{coverage * 100:.1f}% CI [{low:.3f}, {high:.3f}]")
     if limit is not None:
         evidence.insert(0, f"tolerance {rule.tolerance * 100:g}%")
@@ -279,6 +279,6 @@ def _judge_metric(
     )
 
 
-def _rounds_needed(alpha: float) -> int:
-    """The fewest rounds whose sign test can reach ``alpha``."""
+def sign_test_min_rounds(alpha: float) -> int:
+    """The fewest rounds whose sign test can reach ``alpha`` (5 at 0.05: 2^-5 <= 0.05 < 2^-4)."""
     return max(1, math.ceil(math.log2(1.0 / alpha) - _P_SLACK))
