@@ -7,14 +7,16 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from perfgate.ab._candidate import Label
+from perfgate.server import SGLANG_VERSION_KEYS
 from perfgate.session import RunSummary, ServerSummary, WorkloadResult
 from perfgate.verdict import MetricRule, PairedMetricVerdict, WorkloadVerdict
 
 Outcome = Literal["pass", "regression", "inconclusive", "error"]
 WorkloadStatus = Literal["pass", "fail", "inconclusive", "error"]
 
-# The versions an upgrade changes, in the order the report shows them.
-VERSION_KEYS = ("sglang", "flashinfer", "sgl-kernel", "torch", "cuda", "server", "driver")
+# The versions an upgrade changes, in the order the report shows them: the SGLang stack's
+# packages, the server's own version (what it reports about itself) and the GPU driver.
+VERSION_KEYS = (*SGLANG_VERSION_KEYS, "server", "driver")
 
 
 @dataclass(frozen=True)
