@@ -317,9 +317,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_ERROR
         except KeyboardInterrupt as e:
             # Every server was stopped on the way out (the sessions' teardowns ran).
-            signum = e.signum if isinstance(e, Terminated) else 2
-            print(f"perfgate: {e or 'interrupted'}; the servers perfgate started were stopped", file=sys.stderr)
-            return 128 + signum
+            if isinstance(e, Terminated):
+                print(f"perfgate: {e}", file=sys.stderr)
+                return 128 + e.signum
+            print("perfgate: interrupted; the servers it started were stopped", file=sys.stderr)
+            return 128 + 2
     except BrokenPipeError:
         # The reader went away (`| head`): stop quietly, and keep Python from complaining
         # about the unflushable stdout at exit.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -179,6 +180,25 @@ def test_candidate_that_fails_to_boot_stops_the_ab_with_exit_2(profile: Path) ->
     (problem,) = [x for x in out.splitlines() if x.startswith("problem: stopped: round 1, B (candidate), workload c16-in32-out16: ")]
     assert "exited with code 1 before" in problem
     assert out.rstrip().endswith("ERROR: the A/B could not decide")
+    assert_nothing_left(profile)
+
+
+def test_sigterm_mid_ab_stops_the_server_and_exits_143(profile: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PERFGATE_SIM_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "perfgate.cli", "ab", str(profile), "--candidate-env", SLOW, "--rounds", "4"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=profile.parent,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("[ab] round 1/4 B (candidate): booting"):
+            break
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert err.strip().splitlines()[-1] == "perfgate: perfgate received SIGTERM; stopping the server and exiting"
+    assert "Traceback" not in err
     assert_nothing_left(profile)
 
 

@@ -7,6 +7,7 @@ import os
 import sys
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -178,16 +179,22 @@ def test_bad_options(options: AbOptions, message: str) -> None:
 
 
 class _Repeat:
-    def __init__(self, values: dict[str, float]) -> None:
+    """The parts of a RepeatResult the A/B reads."""
+
+    def __init__(self, values: dict[str, float], client_valid: bool = True, failed: int = 0) -> None:
         self.values = values
         self.telemetry = None
+        self.load = SimpleNamespace(client=SimpleNamespace(valid=client_valid), records=[None] * 8)
+        self.metrics = SimpleNamespace(failed=failed)
 
     def flat_metrics(self) -> dict[str, float]:
         return dict(self.values)
 
 
 class _Script:
-    """Sessions that measure what ``tpot(variant, workload, boot index)`` says (or raise)."""
+    """Sessions that measure what ``tpot(variant, workload, boot index)`` says: a number, or
+    (number, "paced") for a run the client paced, (number, "failed") for one with failed
+    requests, or an exception to raise."""
 
     def __init__(self, tpot) -> None:
         self.tpot = tpot
@@ -209,7 +216,10 @@ class _Script:
                 if isinstance(value, Exception):
                     self.results[w.name] = WorkloadResult(w.name, [], [], error=str(value))
                     raise value
-                result = WorkloadResult(w.name, [_Repeat({"mean_tpot_ms": value})], [])  # type: ignore[list-item]
+                value, kind = value if isinstance(value, tuple) else (value, "")
+                repeat = _Repeat({"mean_tpot_ms": value}, client_valid=kind != "paced", failed=3 if kind == "failed" else 0)
+                reasons = {"paced": ["repeat 1: the load client, not the server, set the pace"], "failed": ["repeat 1: 3 of 8 requests failed"]}
+                result = WorkloadResult(w.name, [repeat], reasons.get(kind, []))  # type: ignore[list-item]
                 self.results[w.name] = result
                 return result
 
@@ -302,3 +312,32 @@ def test_env_rows_show_what_each_variant_sees(monkeypatch: pytest.MonkeyPatch) -
     assert summary.outcome == "pass"
     assert report_lines(summary)[-1] == "PASS: B is not worse than A beyond any tolerance"
     assert os.environ["B"] == "from-host"
+
+
+def test_a_run_the_client_paced_is_discarded_and_its_round_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Boot 1 (round 1's B) was paced by a starved client: its round does not count.
+    script = _Script(lambda label, w, i: (30.0, "paced") if i == 1 else 20.0)
+    summary = _run(monkeypatch, script, rounds=6, keyword="c64")
+    (w,) = summary.workloads
+    assert summary.rounds_run == 8 and w.valid_rounds == 7 and w.verdict.metrics[0].n_pairs == 7
+    assert w.discarded == ["round 1 B: repeat 1: the load client, not the server, set the pace"]
+    assert w.problems == [] and summary.outcome == "pass"
+    assert (
+        "discarded (its round was not counted): c64-in256-out128 round 1 B: repeat 1: the load client, not the server, set the pace"
+        in report_lines(summary)
+    )
+
+
+def test_failed_requests_are_never_discarded_and_too_few_valid_rounds_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    script = _Script(lambda label, w, i: (20.0, "failed") if label == "B" and i == 2 else 20.0)
+    summary = _run(monkeypatch, script, rounds=6, keyword="c64")
+    (w,) = summary.workloads
+    assert summary.rounds_run == 6 and summary.outcome == "error"
+    assert w.problems[0] == "round 2 B: repeat 1: 3 of 8 requests failed"
+    assert w.problems[1].startswith("only 5 of the 6 rounds asked for had valid runs of both variants")
+    # Every run paced: the A/B adds rounds up to its limit, then says it could not decide.
+    script = _Script(lambda label, w, i: (20.0, "paced"))
+    summary = _run(monkeypatch, script, rounds=2, max_rounds=4, keyword="c64")
+    (w,) = summary.workloads
+    assert summary.rounds_run == 4 and w.verdict is None and summary.outcome == "error"
+    assert "no round finished with a valid run of both variants; nothing was compared" in w.problems

@@ -116,15 +116,30 @@ class _Rounds:
                 except PerfgateError as e:
                     # A variant that cannot boot or run will not do better in the next round.
                     self.stopped = f"round {round_}, {label} ({variant.role}), workload {w.name}: {e}"
-                    self.runs.setdefault(w.name, []).append(AbRun(round_, label, session.results[w.name]))
+                    self.runs.setdefault(w.name, []).append(AbRun(round_, label, session.results[w.name], w.max_error_rate))
                     self.on_event(f"round {round_}/{planned} {label}: {w.name}: stopped: {str(e).splitlines()[0]}")
                     break
-                run = AbRun(round_, label, result)
+                run = AbRun(round_, label, result, w.max_error_rate)
                 self.runs.setdefault(w.name, []).append(run)
                 self.on_event(f"round {round_}/{planned} {label}: {w.name}: {_headline(run)}")
         finally:
             notes = session.close()
         self.boots[label].append(session.summary(tuple(notes)))
+
+    def need_more(self, workload: Workload, verdict: WorkloadVerdict[PairedMetricVerdict] | None, planned: int) -> str:
+        """Why ``workload`` needs more rounds: fewer valid ones than ``planned`` (runs the client
+        paced are discarded) or an inconclusive verdict; "" when it does not, or when more cannot
+        help (a run stopped or failed requests: that is the variant's own doing)."""
+        runs = self.runs.get(workload.name, [])
+        if any(r.problems for r in runs):
+            return ""
+        by = {(r.round, r.variant): r.values for r in runs}
+        valid = sum(1 for (n, label), v in by.items() if label == "A" and v is not None and by.get((n, "B")) is not None)
+        if valid < planned:
+            return f"{valid} of {planned} rounds valid"
+        if verdict is not None and any(not m.ok for m in verdict.inconclusive):
+            return "inconclusive"
+        return ""
 
     def verdict(self, workload: Workload, rules: Sequence[MetricRule], profile: Profile) -> WorkloadVerdict[PairedMetricVerdict] | None:
         by = {(r.round, r.variant): r for r in self.runs.get(workload.name, [])}
@@ -201,14 +216,17 @@ def run_ab(
     rounds = _Rounds(pair, options, emit, on_progress)
     rounds.run(options.rounds, workloads, options.rounds)
     verdicts = {w.name: rounds.verdict(w, rules[w.name], profile) for w in workloads}
+    # More rounds, one ABBA block at a time, for workloads still undecided or short of valid
+    # rounds (a run the client paced is discarded), as the gate adds repeats.
     while not rounds.stopped and rounds.done < options.most_rounds:
-        undecided = [w for w in workloads if (v := verdicts[w.name]) is not None and any(not m.ok for m in v.inconclusive)]
-        if not undecided:
+        why = {w.name: rounds.need_more(w, verdicts[w.name], options.rounds) for w in workloads}
+        todo = [w for w in workloads if why[w.name]]
+        if not todo:
             break
         more = min(2, options.most_rounds - rounds.done)
-        emit(f"inconclusive: {', '.join(w.name for w in undecided)}; {more} more round(s)")
-        rounds.run(more, undecided, options.most_rounds)
-        verdicts.update({w.name: rounds.verdict(w, rules[w.name], profile) for w in undecided})
+        emit(f"{'; '.join(f'{w.name}: {why[w.name]}' for w in todo)}: {more} more round(s)")
+        rounds.run(more, todo, options.most_rounds)
+        verdicts.update({w.name: rounds.verdict(w, rules[w.name], profile) for w in todo})
 
     env_names = sorted({*pair[0].extra_env, *pair[1].extra_env})
     variant_summaries = tuple(
@@ -228,7 +246,7 @@ def run_ab(
     for w in workloads:
         runs = tuple(rounds.runs.get(w.name, []))
         note, _ = _fingerprint_note(runs)
-        results.append(AbWorkload(w.name, rules[w.name], runs, verdicts[w.name], fingerprint_note=note))
+        results.append(AbWorkload(w.name, rules[w.name], runs, verdicts[w.name], planned=options.rounds, fingerprint_note=note))
     summary = AbSummary(
         profile_name=profile.name,
         profile_path=str(profile.path),

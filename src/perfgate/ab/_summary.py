@@ -21,11 +21,16 @@ VERSION_KEYS = (*SGLANG_VERSION_KEYS, "server", "driver")
 
 @dataclass(frozen=True)
 class AbRun:
-    """One variant's run of one workload in one round: one boot, one repeat."""
+    """One variant's run of one workload in one round: one boot, one repeat.
+
+    ``max_error_rate``: the workload's allowed share of failed requests (to tell a run that
+    measured the client from one whose server failed requests).
+    """
 
     round: int
     variant: Label
     result: WorkloadResult
+    max_error_rate: float = 0.0
 
     @property
     def values(self) -> dict[str, float] | None:
@@ -36,7 +41,20 @@ class AbRun:
         return self.result.repeats[0].flat_metrics()
 
     @property
+    def discarded(self) -> bool:
+        """The client, not the server, set the pace and nothing else was wrong: the run says
+        nothing about the variant, so its round is left out and replaced. (Failed requests are
+        the variant's own doing and are never left out.)"""
+        reps = self.result.repeats
+        if not reps or self.result.error or all(r.load.client.valid for r in reps):
+            return False
+        return all(r.metrics.failed <= self.max_error_rate * len(r.load.records) for r in reps)
+
+    @property
     def problems(self) -> list[str]:
+        """Why the run cannot be trusted, unless it was discarded (see :attr:`discarded`)."""
+        if self.discarded:
+            return []
         where = f"round {self.round} {self.variant}"
         return [f"{where}: {reason}" for reason in self.result.invalid_reasons] + (
             [f"{where}: {self.result.error}"] if self.result.error else []
@@ -86,14 +104,16 @@ class VariantSummary:
 class AbWorkload:
     """One workload's runs (in the order they ran), its paired verdict and what was recorded.
 
-    ``verdict`` is None when no round finished; ``fingerprint_note`` says whether B's change
-    alters the baseline fingerprint (and so where --accept-candidate records).
+    ``verdict`` is None when no round finished; ``planned``: the valid rounds asked for (fewer
+    is an error); ``fingerprint_note`` says whether B's change alters the baseline fingerprint
+    (and so where --accept-candidate records).
     """
 
     name: str
     rules: tuple[MetricRule, ...]
     runs: tuple[AbRun, ...]
     verdict: WorkloadVerdict[PairedMetricVerdict] | None
+    planned: int = 0
     fingerprint_note: str = ""
     baseline_path: str = ""
     baseline_note: str = ""
@@ -106,10 +126,26 @@ class AbWorkload:
         return [(n, by.get((n, "A")), by.get((n, "B"))) for n in numbers]
 
     @property
+    def valid_rounds(self) -> int:
+        """Rounds in which both variants' runs count (neither stopped, invalid nor discarded)."""
+        return sum(1 for _, a, b in self.rounds() if a is not None and b is not None and a.values is not None and b.values is not None)
+
+    @property
+    def discarded(self) -> list[str]:
+        """One line per run left out because the client set the pace (its round was replaced)."""
+        return [f"round {r.round} {r.variant}: {r.result.invalid_reasons[0]}" for r in self.runs if r.discarded]
+
+    @property
     def problems(self) -> list[str]:
         """Why this workload cannot pass whatever its verdict: runs that stopped or were invalid,
-        metrics one variant lacks, nothing compared."""
+        too few valid rounds, metrics one variant lacks, nothing compared."""
         out = [p for r in self.runs for p in r.problems]
+        if self.verdict is not None and self.valid_rounds < self.planned:
+            out.append(
+                f"only {self.valid_rounds} of the {self.planned} rounds asked for had valid runs of both variants "
+                f"({len(self.discarded)} run(s) discarded because the client set the pace); rerun on a quieter host "
+                "or allow more rounds (--max-rounds)"
+            )
         if self.verdict is None:
             out.append("no round finished with a valid run of both variants; nothing was compared")
             return out

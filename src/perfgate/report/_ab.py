@@ -155,6 +155,7 @@ def report_lines(summary: AbSummary) -> list[str]:
             f"note: {' or '.join(map(str, few))} paired round(s) are too few for the sign test at alpha {summary.alpha:g}: "
             f"the tolerance alone decided (run {sign_test_min_rounds(summary.alpha)} rounds or more for a noise test)"
         )
+    lines += [f"discarded (its round was not counted): {w.name} {line}" for w in summary.workloads for line in w.discarded]
     for w in summary.workloads:
         if w.baseline_note:
             recorded = f" -> {w.baseline_path}" if w.recorded else ""
@@ -174,6 +175,7 @@ def _run_json(run: AbRun | None) -> dict[str, Any] | None:
     res = run.result
     return {
         "valid": res.valid,
+        "discarded": run.discarded,
         "invalid_reasons": res.invalid_reasons,
         "error": res.error,
         "fingerprint": plain(res.fingerprint),
