@@ -38,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from detection import WORKLOAD, session_verdict, simulate_run, wilson  # noqa: E402  (benchmarks/ is sys.path[0])
+from detection import WORKLOAD, fmt_rate, session_verdict, simulate_run, wilson  # noqa: E402  (benchmarks/ is sys.path[0])
 
 from perfgate.ab import abba_order  # noqa: E402
 from perfgate.profile import GateSpec  # noqa: E402
@@ -135,11 +135,6 @@ def _trial(args: tuple[str, int]) -> tuple[dict[tuple[str, float], tuple[str, in
     return out, len(same) + len(slower)
 
 
-def _pct(hits: int, n: int) -> str:
-    lo, hi = wilson(hits, n)
-    return f"{hits / n * 100:.1f} % [{lo * 100:.1f}, {hi * 100:.1f}]"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=1000)
@@ -174,7 +169,7 @@ def main() -> None:
             for drop in (0.0, DROP):
                 fail = verdicts[(host, scheme, drop, "fail")]
                 inc = verdicts[(host, scheme, drop, "inconclusive")]
-                cells.append(f"{_pct(fail, n)} + {inc / n * 100:.1f} %")
+                cells.append(f"{fmt_rate(fail, n)} + {inc / n * 100:.1f} %")
                 key = "no_change" if drop == 0 else "drop_5pct"
                 record[key] = {"fail": fail / n, "inconclusive": inc / n, "wilson95_fail": [round(x, 4) for x in wilson(fail, n)]}
                 record[f"mean_runs_{key}"] = round(runs_used[(host, scheme, drop)] / n, 2)

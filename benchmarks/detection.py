@@ -169,7 +169,7 @@ def _outcomes(rules: list[MetricRule], now: list[dict[str, float]], base: list[d
     return any(m.status == "fail" for m in v.metrics), past_tolerance
 
 
-def _fmt(hits: int, n: int) -> str:
+def fmt_rate(hits: int, n: int) -> str:
     lo, hi = wilson(hits, n)
     return f"{hits / n * 100:.1f} % [{lo * 100:.1f}, {hi * 100:.1f}]"
 
@@ -209,7 +209,7 @@ def main() -> None:
             fail = {d: hits[(level, repeats, None, True, d, "fail")] for d in DROPS}
             inconclusive = {d: hits[(level, repeats, None, True, d, "inconclusive")] for d in DROPS}
             mean_used = [repeats_run[(level, repeats, d)] / n for d in (0.0, 0.05)]
-            cells = " | ".join(f"{_fmt(fail[d], n)} / {inconclusive[d] / n * 100:.1f} %" for d in DROPS)
+            cells = " | ".join(f"{fmt_rate(fail[d], n)} / {inconclusive[d] / n * 100:.1f} %" for d in DROPS)
             print(f"| {level} ({cv[level]:.2f} %) | {repeats} | {cells} | {mean_used[0]:.2f} / {mean_used[1]:.2f} |")
             results[f"{level}/r{repeats}"] = {
                 "cv_pct": round(cv[level], 3),
@@ -233,7 +233,7 @@ def main() -> None:
         for tol in SWEEP_TOLERANCES:
             for test in (True, False):
                 label = f"Mann-Whitney, alpha {alpha:g}" if test else "none (tolerance alone)"
-                row = " | ".join(_fmt(hits[(level, 3, tol, test, d, "fail")], n) for d in DROPS)
+                row = " | ".join(fmt_rate(hits[(level, 3, tol, test, d, "fail")], n) for d in DROPS)
                 print(f"| {level} ({cv[level]:.2f} %) | {tol * 100:g} % | {label} | {row} |")
 
     total_s = time.perf_counter() - started

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -200,24 +201,23 @@ def _whole(low: int) -> Callable[[str], int]:
     return parse
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}")
-    return value
+def _number(ok: Callable[[float], bool], expected: str) -> Callable[[str], float]:
+    """An argparse type: a float for which ``ok`` holds, else one line saying what was expected."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+
+    return parse
 
 
-def _alpha(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0.0 < value < 1.0:
-        raise argparse.ArgumentTypeError(f"expected a significance level between 0 and 1 (exclusive), got {text!r}")
-    return value
+_alpha = _number(lambda v: 0.0 < v < 1.0, "a significance level between 0 and 1 (exclusive)")
+_seconds = _number(lambda v: v >= 0, "seconds >= 0")
 
 
 def _metric(text: str) -> str:

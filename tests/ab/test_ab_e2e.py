@@ -19,10 +19,8 @@ from pathlib import Path
 import pytest
 
 from perfgate.cli import main
-from tests.support import processes_with
+from tests.support import PERF_TESTS, processes_with
 
-REPO = Path(__file__).resolve().parents[2]
-PERF_TESTS = (REPO / "perf_tests" / "test_serving.py").read_text()
 
 PROFILE = """
 name = "ab-fast"

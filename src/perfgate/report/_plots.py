@@ -4,7 +4,8 @@ One figure per workload, readable without the README: the last repeat's output t
 and requests in flight over time (steady window shaded, the baseline's median throughput
 dashed), per-GPU power when measured (with the baseline's weakest-GPU power), and the TPOT
 and TTFT distributions on axes of their own (at 1024 streams TPOT is ~50 ms while TTFT spans
-0.6-20 s), each with the baseline's value marked.
+0.6-20 s), each with the baseline's value marked. An A/B gets one figure per workload too
+(:func:`write_ab_plots`): A and B per round, and B/A per round against the limit.
 """
 
 from __future__ import annotations
@@ -23,23 +24,34 @@ def _baseline_values(wl: dict[str, Any]) -> dict[str, float]:
     return {**previous, **values}
 
 
-def write_plots(doc: dict[str, Any], out_dir: Path) -> list[Path]:
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the file-only Agg backend, or None without the ``plots`` extra."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
+        return None
+    return plt
+
+
+def _save(plt: Any, fig: Any, path: Path, dpi: int) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
+
+
+def write_plots(doc: dict[str, Any], out_dir: Path) -> list[Path]:
+    plt = _pyplot()
+    if plt is None:
         return []
     written = []
     for wl in doc["workloads"]:
         if not wl["repeats"]:
             continue
-        path = out_dir / f"{wl['workload']}.png"
-        fig = _figure(plt, wl)
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+        written.append(_save(plt, _figure(plt, wl), out_dir / f"{wl['workload']}.png", dpi=110))
     return written
 
 
@@ -96,7 +108,6 @@ def _figure(plt: Any, wl: dict[str, Any]) -> Any:
         axh.set_title(f"{name} per request", fontsize=9)
         axh.set_xlabel(f"{name} (ms)")
         axh.set_ylabel("requests")
-    fig.tight_layout()
     return fig
 
 
@@ -104,12 +115,8 @@ def write_ab_plots(doc: dict[str, Any], out_dir: Path) -> list[Path]:
     """One PNG per workload of an A/B results document (ab-<workload>.png): for each gated metric,
     A and B per round joined by a line (the paired view), and the ratio B/A per round against
     the tolerance's limit, with the median ratio and its interval."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = _pyplot()
+    if plt is None:
         return []
     nan = float("nan")
     written = []
@@ -139,9 +146,5 @@ def write_ab_plots(doc: dict[str, Any], out_dir: Path) -> list[Path]:
             axr.set_title(f"{m['metric']}: {m['status'].upper()}", fontsize=9)
             axr.legend(fontsize=6, loc="best")
         axes[0][0].set_title(f"{wl['workload']}: A and B per round (round, order)", fontsize=9)
-        fig.tight_layout()
-        path = out_dir / f"ab-{wl['workload']}.png"
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        written.append(path)
+        written.append(_save(plt, fig, out_dir / f"ab-{wl['workload']}.png", dpi=100))
     return written
