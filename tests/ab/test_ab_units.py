@@ -184,7 +184,8 @@ class _Repeat:
     def __init__(self, values: dict[str, float], client_valid: bool = True, failed: int = 0) -> None:
         self.values = values
         self.telemetry = None
-        self.load = SimpleNamespace(client=SimpleNamespace(valid=client_valid), records=[None] * 8)
+        client = SimpleNamespace(valid=client_valid, reason="" if client_valid else "event-loop lag p99 900 ms > 200 ms", advice="run on a quieter host")
+        self.load = SimpleNamespace(client=client, records=[None] * 8)
         self.metrics = SimpleNamespace(failed=failed)
 
     def flat_metrics(self) -> dict[str, float]:
@@ -268,7 +269,7 @@ def test_inconclusive_adds_rounds_for_the_undecided_workloads_only(monkeypatch: 
     # B better in 3 of 10 rounds: the sign test cannot confirm the 5 % median.
     assert (c64.status, c64.verdict.metrics[0].rounds_worse, c1024.status) == ("inconclusive", 7, "pass")
     assert summary.outcome == "inconclusive"
-    assert report_lines(summary)[1].startswith("rounds: 10 (6 planned, 4 more while inconclusive, at most 10)")
+    assert report_lines(summary)[1].startswith("rounds: 10 (6 planned, 4 more for discarded runs or inconclusive verdicts, at most 10)")
 
 
 def test_a_variant_that_fails_stops_the_ab_and_nothing_passes(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -320,12 +321,12 @@ def test_a_run_the_client_paced_is_discarded_and_its_round_replaced(monkeypatch:
     summary = _run(monkeypatch, script, rounds=6, keyword="c64")
     (w,) = summary.workloads
     assert summary.rounds_run == 8 and w.valid_rounds == 7 and w.verdict.metrics[0].n_pairs == 7
-    assert w.discarded == ["round 1 B: repeat 1: the load client, not the server, set the pace"]
+    assert w.discarded == ["round 1 B: the client set the pace (event-loop lag p99 900 ms > 200 ms)"]
     assert w.problems == [] and summary.outcome == "pass"
-    assert (
-        "discarded (its round was not counted): c64-in256-out128 round 1 B: repeat 1: the load client, not the server, set the pace"
-        in report_lines(summary)
-    )
+    lines = report_lines(summary)
+    assert "discarded (round not counted): c64-in256-out128 round 1 B: the client set the pace (event-loop lag p99 900 ms > 200 ms)" in lines
+    assert "discarded runs of c64-in256-out128: run on a quieter host" in lines
+    assert lines[1].startswith("rounds: 8 (6 planned, 2 more for discarded runs or inconclusive verdicts, at most 12)")
 
 
 def test_failed_requests_are_never_discarded_and_too_few_valid_rounds_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -133,7 +133,18 @@ class AbWorkload:
     @property
     def discarded(self) -> list[str]:
         """One line per run left out because the client set the pace (its round was replaced)."""
-        return [f"round {r.round} {r.variant}: {r.result.invalid_reasons[0]}" for r in self.runs if r.discarded]
+        return [
+            f"round {r.round} {r.variant}: the client set the pace ({rep.load.client.reason})"
+            for r in self.runs
+            if r.discarded
+            for rep in r.result.repeats
+            if not rep.load.client.valid
+        ]
+
+    @property
+    def discard_advice(self) -> str:
+        """What to do about the runs the client paced ("" when none was)."""
+        return next((rep.load.client.advice for r in self.runs if r.discarded for rep in r.result.repeats if not rep.load.client.valid), "")
 
     @property
     def problems(self) -> list[str]:

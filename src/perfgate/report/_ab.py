@@ -122,7 +122,7 @@ def report_lines(summary: AbSummary) -> list[str]:
     lines = [
         f"perfgate ab: {summary.profile_name} ({summary.profile_path})",
         f"rounds: {summary.rounds_run} ({summary.rounds} planned"
-        + (f", {extra} more while inconclusive, at most {summary.max_rounds}" if extra > 0 else "")
+        + (f", {extra} more for discarded runs or inconclusive verdicts, at most {summary.max_rounds}" if extra > 0 else "")
         + f"), order {_order_text(summary) or '-'} (ABBA: a trend of the host cancels); alpha {summary.alpha:g}",
         "",
         align(_side_by_side(a, b)),
@@ -155,7 +155,10 @@ def report_lines(summary: AbSummary) -> list[str]:
             f"note: {' or '.join(map(str, few))} paired round(s) are too few for the sign test at alpha {summary.alpha:g}: "
             f"the tolerance alone decided (run {sign_test_min_rounds(summary.alpha)} rounds or more for a noise test)"
         )
-    lines += [f"discarded (its round was not counted): {w.name} {line}" for w in summary.workloads for line in w.discarded]
+    for w in summary.workloads:
+        lines += [f"discarded (round not counted): {w.name} {line}" for line in w.discarded]
+        if w.discard_advice:
+            lines.append(f"discarded runs of {w.name}: {w.discard_advice}")
     for w in summary.workloads:
         if w.baseline_note:
             recorded = f" -> {w.baseline_path}" if w.recorded else ""
