@@ -237,13 +237,19 @@ def test_pytest_perf_ab_reports_the_ab_in_the_four_gate_tests(pytester: pytest.P
     pytester.makepyfile(test_serving=PERF_TESTS)
     for k in [k for k in os.environ if k.startswith("PERFGATE_SIM_")]:
         pytester._monkeypatch.delenv(k)
+    baselines = pytester.path / "baselines"
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", f"--perf-profile={profile}", "-k", "c16", "--perf-ab",
-        f"--perf-candidate-env={SLOW}", "--perf-ab-rounds=2", timeout=300,
+        f"--perf-candidate-env={SLOW}", "--perf-ab-rounds=2", "--perf-accept-candidate", f"--perf-baselines={baselines}",
+        timeout=300,
     )
-    result.assert_outcomes(passed=1, failed=2, skipped=1, deselected=4)
+    # Throughput and latency fail on their verdicts; validity on the candidate that was asked to be
+    # accepted and was not (it did not pass).
+    result.assert_outcomes(failed=3, skipped=1, deselected=4)
     out = result.stdout.str()
     assert "c16-in32-out16: output_throughput B/A" in out and "c16-in32-out16: mean_tpot_ms B/A" in out
+    assert "baseline: not recorded: B did not pass the A/B (FAIL: " in out
+    assert not baselines.exists() or not list(baselines.rglob("*.json"))
     assert "perfgate ab summary" in out and "REGRESSION: B is worse than A" in out
     assert "c4-in16-out8" not in out.split("perfgate ab summary")[1]
     assert_nothing_left(profile)

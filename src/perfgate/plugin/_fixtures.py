@@ -87,7 +87,7 @@ def perf_gate(request: pytest.FixtureRequest, perf_workload: Workload) -> GateCh
     else:
         workload = next(w for w in summary.workloads if w.name == perf_workload.name)
         notes = {boot.telemetry_note for v in summary.variants for boot in v.boots if boot.telemetry_note}
-        return GateChecks.of_ab(workload, "; ".join(sorted(notes)))
+        return GateChecks.of_ab(workload, "; ".join(sorted(notes)), accept=summary.accept)
     state.fail_once(error, request.node.nodeid)
 
 

@@ -61,8 +61,11 @@ class GateChecks:
         return cls(result.workload, tuple(result.invalid_reasons), verdicts, power_note, result.baseline_note, where)
 
     @classmethod
-    def of_ab(cls, workload: AbWorkload, power_note: str) -> GateChecks:
-        return cls(workload.name, tuple(workload.problems), workload.verdict.metrics if workload.verdict else (), power_note)
+    def of_ab(cls, workload: AbWorkload, power_note: str, *, accept: bool = False) -> GateChecks:
+        """``accept``: --perf-accept-candidate was asked, so B's runs not being recorded is a problem."""
+        unrecorded = [f"baseline: {workload.baseline_note}"] if accept and not workload.recorded else []
+        verdicts = workload.verdict.metrics if workload.verdict else ()
+        return cls(workload.name, (*workload.problems, *unrecorded), verdicts, power_note)
 
     def assert_valid(self) -> None:
         if self.problems:
