@@ -8,7 +8,6 @@ returns an :class:`AbSummary` (plain data; ``outcome`` is pass, regression, inco
 error). After session/ in the data flow; report/ renders the summary.
 """
 
-from perfgate.ab._accept import accept_candidate, evidence
 from perfgate.ab._candidate import Candidate, Label, Variant, parse_args, parse_env, variants
 from perfgate.ab._order import abba_order
 from perfgate.ab._run import DEFAULT_ROUNDS, AbOptions, run_ab
@@ -28,8 +27,6 @@ __all__ = [
     "Variant",
     "VariantSummary",
     "abba_order",
-    "accept_candidate",
-    "evidence",
     "parse_args",
     "parse_env",
     "run_ab",

@@ -166,21 +166,20 @@ def _server_args(variant: Variant) -> tuple[str, ...]:
     return normalize_args(config.args, config.flag_aliases)
 
 
-def _fingerprint_note(runs: Sequence[AbRun]) -> tuple[str, Fingerprint | None]:
-    """What B's change does to the baseline fingerprint, and B's fingerprint (None if unknown)."""
+def _fingerprint_note(runs: Sequence[AbRun]) -> str:
+    """What B's change does to the baseline fingerprint."""
     first: dict[str, Fingerprint] = {}
     for r in runs:
         if r.result.fingerprint is not None:
             first.setdefault(r.variant, r.result.fingerprint)
     a, b = first.get("A"), first.get("B")
     if a is None or b is None:
-        return "unknown: a variant never finished a run", b
+        return "unknown: a variant never finished a run"
     if a == b:
-        return "same for A and B: accepting B replaces the baseline A's runs would be gated against", b
+        return "same for A and B: accepting B replaces the baseline A's runs would be gated against"
     return (
         f"B's differs from A's ({a.describe_difference(b)}): the A/B compares the two directly; accepted, B's numbers "
-        "are stored under B's fingerprint, which gate runs use once the profile is changed the same way",
-        b,
+        "are stored under B's fingerprint, which gate runs use once the profile is changed the same way"
     )
 
 
@@ -245,8 +244,9 @@ def run_ab(
     results = []
     for w in workloads:
         runs = tuple(rounds.runs.get(w.name, []))
-        note, _ = _fingerprint_note(runs)
-        results.append(AbWorkload(w.name, rules[w.name], runs, verdicts[w.name], planned=options.rounds, fingerprint_note=note))
+        results.append(
+            AbWorkload(w.name, rules[w.name], runs, verdicts[w.name], planned=options.rounds, fingerprint_note=_fingerprint_note(runs))
+        )
     summary = AbSummary(
         profile_name=profile.name,
         profile_path=str(profile.path),

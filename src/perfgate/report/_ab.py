@@ -137,6 +137,14 @@ def report_lines(summary: AbSummary) -> list[str]:
     table = _rows(summary)
     if len(table) > 1:
         lines += ["", align(table, right={2, 3, 4})]
+    lines += _verdict_lines(summary) + _note_lines(summary)
+    lines += ["", _OUTCOME_LINES[summary.outcome]]
+    return lines
+
+
+def _verdict_lines(summary: AbSummary) -> list[str]:
+    """The rounds of every metric that did not pass, then every message that is not a pass."""
+    lines: list[str] = []
     for w in summary.workloads:
         for m in w.verdict.metrics if w.verdict else ():
             if m.status in ("fail", "inconclusive") and m.n_pairs:
@@ -149,6 +157,13 @@ def report_lines(summary: AbSummary) -> list[str]:
     ]
     if messages:
         lines += [""] + messages
+    return lines
+
+
+def _note_lines(summary: AbSummary) -> list[str]:
+    """What else the user must know: the noise test's absence, discarded runs, baselines, problems, teardowns."""
+    a, b = summary.variants
+    lines: list[str] = []
     few = sorted({m.n_pairs for w in summary.workloads for m in (w.verdict.metrics if w.verdict else ()) if m.noise_test == "tolerance-only"})
     if few:
         lines.append(
@@ -159,6 +174,8 @@ def report_lines(summary: AbSummary) -> list[str]:
         lines += [f"discarded (round not counted): {w.name} {line}" for line in w.discarded]
         if w.discard_advice:
             lines.append(f"discarded runs of {w.name}: {w.discard_advice}")
+    if summary.accept:
+        lines.append("accepting the candidate" + (f", with the reason {summary.reason!r}" if summary.reason else " where it passed"))
     for w in summary.workloads:
         if w.baseline_note:
             recorded = f" -> {w.baseline_path}" if w.recorded else ""
@@ -168,7 +185,6 @@ def report_lines(summary: AbSummary) -> list[str]:
     lines += [f"problem: {p}" for p in summary.problems if p not in shown]
     for v in (a, b):
         lines += [f"teardown {v.label}: {note}" for boot in v.boots for note in boot.teardown_notes]
-    lines += ["", _OUTCOME_LINES[summary.outcome]]
     return lines
 
 
