@@ -69,7 +69,7 @@ def _p99(values: tuple[float, ...]) -> float:
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
-def _run(overrides: dict[str, float], seed: int, drop: float, host: float = 1.0) -> dict[str, float]:
+def simulate_run(overrides: dict[str, float], seed: int, drop: float, host: float = 1.0) -> dict[str, float]:
     """One run; ``host`` multiplies every step's time (the host's own slowdown at that moment)."""
     config = replace(SimConfig(seed=seed, **overrides), slowdown=host / (1.0 - drop))
     arrivals = [(0.0, WORKLOAD.input_len, WORKLOAD.output_len)] * WORKLOAD.num_prompts
@@ -106,9 +106,9 @@ def _trial(args: tuple[str, int]) -> tuple[list[float], dict[Outcome, bool], dic
     most = max(repeats_list)
     level_id = list(NOISE_LEVELS).index(level)
     base_seed = (level_id * 1_000_000 + trial) * (len(DROPS) + 1) * 100
-    baseline = [_run(overrides, base_seed + i, 0.0, (1 + host_drift) ** i) for i in range(most)]
+    baseline = [simulate_run(overrides, base_seed + i, 0.0, (1 + host_drift) ** i) for i in range(most)]
     current = {
-        drop: [_run(overrides, base_seed + (k + 1) * 100 + i, drop, (1 + host_drift) ** (most + i)) for i in range(2 * most)]
+        drop: [simulate_run(overrides, base_seed + (k + 1) * 100 + i, drop, (1 + host_drift) ** (most + i)) for i in range(2 * most)]
         for k, drop in enumerate(DROPS)
     }
     alpha = GateSpec().alpha
@@ -116,7 +116,7 @@ def _trial(args: tuple[str, int]) -> tuple[list[float], dict[Outcome, bool], dic
     used: dict[tuple[int, float], int] = {}
     for drop in DROPS:
         for repeats in repeats_list:
-            verdict, n = _session_verdict(current[drop], baseline[:repeats], repeats, alpha)
+            verdict, n = session_verdict(current[drop], baseline[:repeats], repeats, alpha)
             outcomes[(level, repeats, None, True, drop, verdict)] = True
             used[(repeats, drop)] = n
         if level in SWEEP_LEVELS:
@@ -127,7 +127,7 @@ def _trial(args: tuple[str, int]) -> tuple[list[float], dict[Outcome, bool], dic
     return [r["output_throughput"] for r in baseline], outcomes, used
 
 
-def _session_verdict(current: list[dict[str, float]], base: list[dict[str, float]], repeats: int, alpha: float) -> tuple[Verdict, int]:
+def session_verdict(current: list[dict[str, float]], base: list[dict[str, float]], repeats: int, alpha: float) -> tuple[Verdict, int]:
     """What the gate session decides: judge ``repeats`` runs, add one while inconclusive, up to 2 x repeats."""
     rules = _rules(None)
     n = repeats
@@ -169,7 +169,7 @@ def _outcomes(rules: list[MetricRule], now: list[dict[str, float]], base: list[d
     return any(m.status == "fail" for m in v.metrics), past_tolerance
 
 
-def _fmt(hits: int, n: int) -> str:
+def fmt_rate(hits: int, n: int) -> str:
     lo, hi = wilson(hits, n)
     return f"{hits / n * 100:.1f} % [{lo * 100:.1f}, {hi * 100:.1f}]"
 
@@ -209,7 +209,7 @@ def main() -> None:
             fail = {d: hits[(level, repeats, None, True, d, "fail")] for d in DROPS}
             inconclusive = {d: hits[(level, repeats, None, True, d, "inconclusive")] for d in DROPS}
             mean_used = [repeats_run[(level, repeats, d)] / n for d in (0.0, 0.05)]
-            cells = " | ".join(f"{_fmt(fail[d], n)} / {inconclusive[d] / n * 100:.1f} %" for d in DROPS)
+            cells = " | ".join(f"{fmt_rate(fail[d], n)} / {inconclusive[d] / n * 100:.1f} %" for d in DROPS)
             print(f"| {level} ({cv[level]:.2f} %) | {repeats} | {cells} | {mean_used[0]:.2f} / {mean_used[1]:.2f} |")
             results[f"{level}/r{repeats}"] = {
                 "cv_pct": round(cv[level], 3),
@@ -233,7 +233,7 @@ def main() -> None:
         for tol in SWEEP_TOLERANCES:
             for test in (True, False):
                 label = f"Mann-Whitney, alpha {alpha:g}" if test else "none (tolerance alone)"
-                row = " | ".join(_fmt(hits[(level, 3, tol, test, d, "fail")], n) for d in DROPS)
+                row = " | ".join(fmt_rate(hits[(level, 3, tol, test, d, "fail")], n) for d in DROPS)
                 print(f"| {level} ({cv[level]:.2f} %) | {tol * 100:g} % | {label} | {row} |")
 
     total_s = time.perf_counter() - started

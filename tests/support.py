@@ -7,6 +7,9 @@ from pathlib import Path
 
 from perfgate.profile import ServerSpec
 
+# The gate tests a user runs (perf_tests/test_serving.py), for pytester runs of the plugin.
+PERF_TESTS = (Path(__file__).resolve().parents[1] / "perf_tests" / "test_serving.py").read_text()
+
 
 def sim_spec(**sim: object) -> ServerSpec:
     """A fast simulator: tiny time scale, short startup, plus the given [server.sim] options."""

@@ -3,23 +3,29 @@
     perfgate doctor [--python PY] [--sglang-root DIR] [--json]
     perfgate baselines list|show|diff ...
     perfgate compare RESULTS_A RESULTS_B [--metric NAME]...
+    perfgate ab PROFILE [--candidate-python PY] [--candidate-env K=V]... [--candidate-args "..."] [--rounds N] [-k EXPR] ...
 
 Exit status: 0 fine, 1 a regression, 2 bad input or a comparison that could not decide
-(nothing in common, a metric missing on one side, an inconclusive verdict).
+(nothing in common, a metric missing on one side, an inconclusive verdict, a run that stopped);
+``perfgate ab`` stopped by a signal: 128 + its number, after the servers were stopped.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
+from perfgate.ab import DEFAULT_ROUNDS, AbOptions, Candidate, parse_args, parse_env, run_ab
 from perfgate.baseline import BaselineStore, diff, read_baseline
 from perfgate.errors import PerfgateError
-from perfgate.profile import DEFAULT_TOLERANCE
+from perfgate.profile import DEFAULT_TOLERANCE, load_profile
+from perfgate.report import report_lines, write_ab_results
+from perfgate.server import Terminated
 from perfgate.verdict import MetricRule, check_metric_name, direction_of, fmt_value, judge, unit_of
 
 EXIT_REGRESSION = 1
@@ -147,14 +153,71 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _alpha(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0.0 < value < 1.0:
-        raise argparse.ArgumentTypeError(f"expected a significance level between 0 and 1 (exclusive), got {text!r}")
-    return value
+_AB_EXIT = {"pass": 0, "regression": EXIT_REGRESSION, "inconclusive": EXIT_ERROR, "error": EXIT_ERROR}
+
+
+def _ab(args: argparse.Namespace) -> int:
+    profile_path = Path(args.profile)
+    if not profile_path.is_file():
+        raise PerfgateError(f"profile {profile_path}: file not found; pass a profile TOML file (see profiles/)")
+    results = Path(args.results) if args.results else None
+    if results is not None and results.exists() and not results.is_dir():
+        raise PerfgateError(f"--results {results}: that is a file; pass a directory (it is created if missing)")
+    profile = load_profile(profile_path)
+    candidate = Candidate(
+        python=args.candidate_python or "",
+        env=parse_env(args.candidate_env),
+        args=tuple(a for text in args.candidate_args for a in parse_args(text)),
+    )
+    options = AbOptions(
+        rounds=args.rounds,
+        max_rounds=args.max_rounds,
+        keyword=args.keyword or "",
+        log_dir=results or Path(".perfgate-cache") / "logs",
+        baselines_dir=Path(args.baselines),
+        accept_candidate=args.accept_candidate,
+        reason=args.reason,
+        lock_wait_s=args.lock_wait,
+    )
+    summary = run_ab(profile, candidate, options, on_event=lambda line: print(f"[ab] {line}", flush=True))
+    print()
+    print("\n".join(report_lines(summary)))
+    if results is not None:
+        for path in write_ab_results(summary, results, step_summary=os.environ.get("GITHUB_STEP_SUMMARY")):
+            print(f"wrote {path}")
+    return _AB_EXIT[summary.outcome]
+
+
+def _whole(low: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {low}, got {text!r}")
+        return value
+
+    return parse
+
+
+def _number(ok: Callable[[float], bool], expected: str) -> Callable[[str], float]:
+    """An argparse type: a float for which ``ok`` holds, else one line saying what was expected."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+
+    return parse
+
+
+_alpha = _number(lambda v: 0.0 < v < 1.0, "a significance level between 0 and 1 (exclusive)")
+_seconds = _number(lambda v: v >= 0, "seconds >= 0")
 
 
 def _metric(text: str) -> str:
@@ -194,6 +257,43 @@ def _parser() -> argparse.ArgumentParser:
         default="fail",
         help="an inconclusive metric exits 2 (fail, the default) or is only reported (warn)",
     )
+    ab = sub.add_parser(
+        "ab",
+        help="gate a candidate stack (B) against the profile's (A), interleaved ABBA on this host; "
+        "exit 1 on regression, 2 when it cannot decide",
+        description="Boot A (the profile as written) and B (the profile with the candidate change) in turn, "
+        "ABBA order, one run of every selected workload per boot, and judge B/A round by round.",
+    )
+    ab.add_argument("profile", help="profile TOML (A is this profile as written)")
+    ab.add_argument("--candidate-python", metavar="PY", help="B's interpreter: the python of another environment (the upgrade)")
+    ab.add_argument(
+        "--candidate-env", metavar="NAME=VALUE", action="append", default=[], help="an environment variable B's server gets (repeatable)"
+    )
+    ab.add_argument(
+        "--candidate-args",
+        metavar="FLAGS",
+        action="append",
+        default=[],
+        help='extra server flags for B, split as a shell does: --candidate-args "--foo 1" (one flag alone: --candidate-args=--foo)',
+    )
+    ab.add_argument("--rounds", metavar="N", type=_whole(1), default=DEFAULT_ROUNDS, help=f"rounds of one A and one B run each (default {DEFAULT_ROUNDS})")
+    ab.add_argument(
+        "--max-rounds",
+        metavar="M",
+        type=_whole(1),
+        default=None,
+        help="most rounds in all: two more are run at a time while a verdict is inconclusive (default 2 x --rounds)",
+    )
+    ab.add_argument("-k", dest="keyword", metavar="EXPR", help="select workloads by name as pytest's -k does: -k c64, -k \"not c1024\"")
+    ab.add_argument("--results", metavar="DIR", help="write the results JSON, a Markdown summary, a plot per workload and the server logs here")
+    ab.add_argument("--baselines", metavar="DIR", default="baselines", help="baseline store for --accept-candidate (default: baselines)")
+    ab.add_argument(
+        "--accept-candidate",
+        action="store_true",
+        help="record B's runs as the new baselines, with the A/B in their provenance, where B passed",
+    )
+    ab.add_argument("--reason", metavar="TEXT", help="with --accept-candidate: record B also where it did not pass; TEXT is stored with it")
+    ab.add_argument("--lock-wait", metavar="SECONDS", type=_seconds, default=0.0, help="wait this long for GPUs another perfgate session holds")
     return parser
 
 
@@ -209,10 +309,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             if args.command == "baselines":
                 return _baselines(args)
+            if args.command == "ab":
+                return _ab(args)
             return _compare(args)
         except PerfgateError as e:
             print(f"perfgate: {e}", file=sys.stderr)
             return EXIT_ERROR
+        except KeyboardInterrupt as e:
+            # Every server was stopped on the way out (the sessions' teardowns ran).
+            if isinstance(e, Terminated):
+                print(f"perfgate: {e}", file=sys.stderr)
+                return 128 + e.signum
+            print("perfgate: interrupted; the servers it started were stopped", file=sys.stderr)
+            return 128 + 2
     except BrokenPipeError:
         # The reader went away (`| head`): stop quietly, and keep Python from complaining
         # about the unflushable stdout at exit.

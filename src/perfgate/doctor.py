@@ -1,6 +1,6 @@
 """``perfgate doctor``: what this host would run a benchmark on, and what would go wrong.
 
-Reports the SGLang / FlashInfer / torch / CUDA versions of the server's interpreter, the
+Reports the SGLang / FlashInfer / sgl-kernel / torch / CUDA versions of the server's interpreter, the
 GPUs NVML sees (name, compute capability, enforced power limit, peer-to-peer read support
 between every pair: the scenario's GPUs each sat on their own PCIe root complex, with no
 P2P), and whether the installed SGLang autotunes the FlashInfer CUTLASS MoE runner.
@@ -19,7 +19,7 @@ from typing import Any
 
 from perfgate.errors import ServerError
 from perfgate.gpu import GpuId, NvmlUnavailable, all_gpus, device_handle, nvml_session, p2p_read_status, query
-from perfgate.server._sglang import locate_sglang, resolve_sglang_root, sglang_versions
+from perfgate.server._sglang import VERSION_KEYS, locate_sglang, resolve_sglang_root, sglang_versions
 from perfgate.server.autotune import detect_autotune
 
 # nvidia-smi topo -p2p's legend for nvmlDeviceGetP2PStatus's answers.
@@ -67,7 +67,7 @@ def _versions(python: str) -> dict[str, Any]:
     try:
         return {**sglang_versions(python), "error": None}
     except ServerError as err:
-        return {"sglang": None, "flashinfer": None, "torch": None, "cuda": None, "error": str(err)}
+        return {**dict.fromkeys(VERSION_KEYS), "error": str(err)}
 
 
 def _autotune(python: str, sglang_root: Path | None) -> dict[str, Any]:
@@ -141,7 +141,7 @@ def _text(report: dict[str, Any]) -> str:
     lines = ["perfgate doctor", f"  python       {report['python']}"]
     if versions["error"]:
         lines.append(f"  versions     unavailable: {versions['error']}")
-    for key, label in (("sglang", "SGLang"), ("flashinfer", "FlashInfer"), ("torch", "torch"),
+    for key, label in (("sglang", "SGLang"), ("flashinfer", "FlashInfer"), ("sgl-kernel", "sgl-kernel"), ("torch", "torch"),
                        ("cuda", "CUDA (torch)")):
         lines.append(f"  {label:<12} {versions[key] or 'not installed'}")
     if not nvml["available"]:

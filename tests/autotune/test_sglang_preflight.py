@@ -101,6 +101,9 @@ def test_sglang_versions_of_an_interpreter(tmp_path: Path) -> None:
     dist = site / "sglang-0.5.12.dist-info"
     dist.mkdir(parents=True)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.12\n")
+    kernel = site / "sgl_kernel-0.3.21.dist-info"
+    kernel.mkdir()
+    (kernel / "METADATA").write_text("Metadata-Version: 2.1\nName: sgl-kernel\nVersion: 0.3.21\n")
     (site / "torch").mkdir()
     # torch/__init__.py must not run: reading the CUDA version from version.py text only.
     (site / "torch" / "__init__.py").write_text("raise RuntimeError('imported torch')\n")
@@ -109,7 +112,7 @@ def test_sglang_versions_of_an_interpreter(tmp_path: Path) -> None:
     wrapper.write_text(f'#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} "$@"\n')
     wrapper.chmod(0o755)
     versions = sglang_versions(str(wrapper))
-    assert versions == {"sglang": "0.5.12", "flashinfer": None, "torch": None, "cuda": "12.9"}
+    assert versions == {"sglang": "0.5.12", "flashinfer": None, "sgl-kernel": "0.3.21", "torch": None, "cuda": "12.9"}
 
 
 _FLAG = st.from_regex(r"--[a-z][a-z0-9]{0,6}(-[a-z0-9]{1,5}){0,3}", fullmatch=True)

@@ -76,7 +76,7 @@ def test_doctor_json_through_the_cli(capsys, monkeypatch):
     assert set(report) == {"python", "versions", "nvml", "autotune"}
     assert report["python"] == sys.executable
     # This test interpreter has neither SGLang nor FlashInfer.
-    assert set(report["versions"]) == {"sglang", "flashinfer", "torch", "cuda", "error"}
+    assert set(report["versions"]) == {"sglang", "flashinfer", "sgl-kernel", "torch", "cuda", "error"}
     assert report["versions"]["sglang"] is None and report["versions"]["flashinfer"] is None
     assert report["nvml"]["available"] is True and report["nvml"]["driver"] == "580.159.04"
     assert report["nvml"]["gpus"] == [

@@ -32,7 +32,7 @@ def test_json_report_for_an_unpacked_0_5_12(monkeypatch, capsys, sglang_0_5_12: 
     assert code == 0
     report = json.loads(out)
     assert report["python"] == sys.executable
-    assert set(report["versions"]) == {"sglang", "flashinfer", "torch", "cuda", "error"}
+    assert set(report["versions"]) == {"sglang", "flashinfer", "sgl-kernel", "torch", "cuda", "error"}
     assert report["nvml"] == {
         "available": True,
         "error": None,

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-PERF_TESTS = (REPO / "perf_tests" / "test_serving.py").read_text()
+from tests.support import PERF_TESTS
 
 PROFILE = """
 name = "fast-sim"

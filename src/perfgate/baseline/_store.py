@@ -132,6 +132,7 @@ class BaselineStore:
         rules: Sequence[MetricRule],
         accept_regression: str | None = None,
         alpha: float = 0.05,
+        accept_option: str = "--perf-accept-regression",
     ) -> Path:
         """Store ``baseline`` as the accepted numbers for its fingerprint; return the file path.
 
@@ -140,7 +141,8 @@ class BaselineStore:
         numbers); when any metric is worse, the save is refused with BaselineError unless
         ``accept_regression`` gives a reason, which is stored in the provenance together with
         what regressed. The comparison is made against the file on disk under the lock, so two
-        racing updates cannot slip a regression past each other.
+        racing updates cannot slip a regression past each other. ``accept_option`` is the option
+        that gives the reason where the caller runs (the refusal names it).
         """
         path = self.path_for(baseline.profile, baseline.workload, baseline.fingerprint)
         try:
@@ -167,7 +169,7 @@ class BaselineStore:
                             f"baseline {path}: refusing to replace the stored baseline with worse numbers: "
                             + "; ".join(regressions)
                             + ". Rerun to check it was noise, or accept the change on purpose with "
-                            "--perf-accept-regression=\"why\""
+                            f"{accept_option}=\"why\""
                         )
                     if accept_regression:
                         provenance["accepted_regression"] = {

@@ -71,9 +71,24 @@ def _record_properties(request: pytest.FixtureRequest, benchmark: Any, result: W
 
 
 @pytest.fixture
-def perf_gate(perf_result: WorkloadResult, perf_session: Session) -> GateChecks:
-    """The checks of one workload: its validity, and each category (throughput, latency, power) of its verdict."""
-    return GateChecks(perf_result, perf_session.telemetry_note)
+def perf_gate(request: pytest.FixtureRequest, perf_workload: Workload) -> GateChecks:
+    """The checks of one workload: its validity, and each category (throughput, latency, power) of
+    its verdict: against the baseline, or with --perf-ab, B's against A's."""
+    state = request.config.stash[STATE_KEY]
+    if not state.ab_mode:
+        result = request.getfixturevalue("perf_result")
+        return GateChecks.of_gate(result, request.getfixturevalue("perf_session").telemetry_note)
+    try:
+        summary = state.ab_summary(request.session.items)
+        if summary.stopped:
+            raise PerfgateError(f"the A/B stopped: {summary.stopped}")
+    except PerfgateError as e:
+        error = e
+    else:
+        workload = next(w for w in summary.workloads if w.name == perf_workload.name)
+        notes = {boot.telemetry_note for v in summary.variants for boot in v.boots if boot.telemetry_note}
+        return GateChecks.of_ab(workload, "; ".join(sorted(notes)), accept=summary.accept)
+    state.fail_once(error, request.node.nodeid)
 
 
 def _has_benchmark(request: pytest.FixtureRequest) -> bool:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Literal
 
 import pytest
 
+from perfgate.ab import AbWorkload
 from perfgate.session import WorkloadResult
-from perfgate.verdict import RECORD_HINT, direction_of, fmt_value, unit_of
+from perfgate.verdict import RECORD_HINT, MetricVerdict, PairedMetricVerdict, direction_of, fmt_value, unit_of
 
 Category = Literal["throughput", "latency", "power"]
 
@@ -21,46 +23,73 @@ def category_of(metric: str) -> Category:
     return "throughput" if direction_of(metric) == "higher" else "latency"
 
 
-@dataclass
-class GateChecks:
-    """A workload's result, asserted one category at a time so each test names what it guards."""
+def _weakest(result: WorkloadResult, metric: str) -> str:
+    """For power metrics: which GPU is the weakest, in which window (from the last repeat)."""
+    window = result.repeats[-1].telemetry if result.repeats else None
+    if window is None:
+        return ""
+    try:
+        gpu = window.weakest_gpu(metric)
+    except (KeyError, ValueError):
+        return ""
+    aligned = result.repeats[-1].telemetry_note
+    power = f"{gpu.mean_power_w:.1f} W" if gpu.mean_power_w is not None else "no power reading"
+    limit = f" of {gpu.power_limit_w:.0f} W limit" if gpu.power_limit_w else ""
+    return f"\n    weakest: {gpu.label} {gpu.name}, {power}{limit}, over the {window.length_s:.1f} s {aligned}"
 
-    result: WorkloadResult
+
+@dataclass(frozen=True)
+class GateChecks:
+    """A workload's verdicts asserted one category at a time, so each test names what it guards:
+    a gate run's (against the baseline, :meth:`of_gate`) or an A/B's (B against A, :meth:`of_ab`).
+
+    ``problems``: why the workload's runs cannot be trusted (invalid, stopped); ``where``: extra
+    lines for a failing metric (the weakest GPU of a power metric).
+    """
+
+    workload: str
+    problems: tuple[str, ...]
+    verdicts: tuple[MetricVerdict | PairedMetricVerdict, ...]
     power_note: str
+    baseline_note: str = ""
+    where: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of_gate(cls, result: WorkloadResult, power_note: str) -> GateChecks:
+        verdicts = result.verdict.metrics if result.verdict else ()
+        where = {v.metric: _weakest(result, v.metric) for v in verdicts if category_of(v.metric) == "power"}
+        return cls(result.workload, tuple(result.invalid_reasons), verdicts, power_note, result.baseline_note, where)
+
+    @classmethod
+    def of_ab(cls, workload: AbWorkload, power_note: str, *, accept: bool = False) -> GateChecks:
+        """``accept``: --perf-accept-candidate was asked, so B's runs not being recorded is a problem."""
+        unrecorded = [f"baseline: {workload.baseline_note}"] if accept and not workload.recorded else []
+        verdicts = workload.verdict.metrics if workload.verdict else ()
+        return cls(workload.name, (*workload.problems, *unrecorded), verdicts, power_note)
 
     def assert_valid(self) -> None:
-        if not self.result.valid:
-            pytest.fail(f"{self.result.workload}: run invalid:\n  " + "\n  ".join(self.result.invalid_reasons), pytrace=False)
-
-    def _where(self, metric: str) -> str:
-        """For power metrics: which GPU is the weakest, in which window (from the last repeat)."""
-        window = self.result.repeats[-1].telemetry
-        if window is None:
-            return ""
-        try:
-            gpu = window.weakest_gpu(metric)
-        except (KeyError, ValueError):
-            return ""
-        aligned = self.result.repeats[-1].telemetry_note
-        power = f"{gpu.mean_power_w:.1f} W" if gpu.mean_power_w is not None else "no power reading"
-        limit = f" of {gpu.power_limit_w:.0f} W limit" if gpu.power_limit_w else ""
-        return f"\n    weakest: {gpu.label} {gpu.name}, {power}{limit}, over the {window.length_s:.1f} s {aligned}"
+        if self.problems:
+            pytest.fail(f"{self.workload}: run invalid:\n  " + "\n  ".join(self.problems), pytrace=False)
 
     def assert_metrics(self, category: Category) -> None:
-        verdicts = [v for v in self.result.verdict.metrics if category_of(v.metric) == category]
+        verdicts = [v for v in self.verdicts if category_of(v.metric) == category]
         if not verdicts:
-            pytest.skip(f"{self.result.workload}: no {category} metric is gated by this profile")
-        if category == "power" and all(v.status == "not-measured" for v in verdicts):
-            pytest.skip(f"{self.result.workload}: GPU power not measured: {self.power_note}")
-        failures = [v.message + self._where(v.metric) for v in verdicts if not v.ok]
+            pytest.skip(f"{self.workload}: no {category} metric is gated by this profile")
+        failures = [v.message + self.where.get(v.metric, "") for v in verdicts if not v.ok]
         if failures:
             pytest.fail("\n".join(failures), pytrace=False)
+        if all(v.status == "not-measured" for v in verdicts):
+            if category == "power":
+                pytest.skip(f"{self.workload}: GPU power not measured: {self.power_note}")
+            pytest.skip(f"{self.workload}: none of its gated {category} metrics was measured; not gated")
         if all(v.status in ("no-baseline", "not-measured") for v in verdicts):
             measured = ", ".join(
-                f"{v.metric} {fmt_value(v.measured, unit_of(v.metric))}" for v in verdicts if v.measured is not None
+                f"{v.metric} {fmt_value(v.measured, unit_of(v.metric))}"
+                for v in verdicts
+                if isinstance(v, MetricVerdict) and v.measured is not None
             )
-            note = f" ({self.result.baseline_note})" if self.result.baseline_note else ""
+            note = f" ({self.baseline_note})" if self.baseline_note else ""
             pytest.skip(
-                f"{self.result.workload}: no baseline for this fingerprint{note}; measured {measured}; "
+                f"{self.workload}: no baseline for this fingerprint{note}; measured {measured}; "
                 f"not gated: {RECORD_HINT}"
             )

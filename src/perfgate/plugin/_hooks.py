@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from perfgate.ab import DEFAULT_ROUNDS
 from perfgate.errors import PerfgateError
 from perfgate.plugin._benchmark import BenchmarkHooks
 from perfgate.plugin._state import STATE_KEY, PluginState
 from perfgate.session import RunSummary
-from perfgate.report import render_text, rows, write_results
+from perfgate.report import render_text, report_lines, rows, write_ab_results, write_results
 from perfgate.server import check_url
 
 
@@ -27,11 +28,14 @@ def _check_options(config: pytest.Config) -> None:
     repeats = config.getoption("perf_repeats")
     if repeats is not None and repeats < 1:
         raise pytest.UsageError(f"--perf-repeats {repeats}: expected a whole number >= 1 (leave it out to use the profile's repeats)")
-    if config.getoption("perf_accept_regression") is not None and not config.getoption("perf_update_baselines"):
+    ab = config.getoption("perf_ab")
+    accepting = config.getoption("perf_update_baselines") or (ab and config.getoption("perf_accept_candidate"))
+    if config.getoption("perf_accept_regression") is not None and not accepting:
         raise pytest.UsageError(
             "--perf-accept-regression only applies when recording: add --perf-update-baselines "
-            "(a gate run never accepts a regression)"
+            "(or, with --perf-ab, --perf-accept-candidate; a gate run never accepts a regression)"
         )
+    _check_ab_options(config, ab)
     wait_s = config.getoption("perf_lock_wait")
     if wait_s < 0:
         raise pytest.UsageError(f"--perf-lock-wait {wait_s:g}: expected seconds >= 0")
@@ -46,13 +50,52 @@ def _check_options(config: pytest.Config) -> None:
             raise pytest.UsageError(str(e)) from None
 
 
+_AB_ONLY = (
+    "perf_candidate_python",
+    "perf_candidate_env",
+    "perf_candidate_args",
+    "perf_ab_rounds",
+    "perf_ab_max_rounds",
+    "perf_accept_candidate",
+)
+# Gate options that mean nothing to an A/B, and what to use instead.
+_NOT_WITH_AB = {
+    "perf_update_baselines": "with --perf-ab, --perf-accept-candidate records B's numbers",
+    "perf_base_url": "an A/B boots both variants itself; it cannot attach to a running server",
+    "perf_repeats": "each A/B round runs every workload once; set --perf-ab-rounds",
+}
+
+
+def _check_ab_options(config: pytest.Config, ab: bool) -> None:
+    if not ab:
+        for name in _AB_ONLY:
+            if config.getoption(name):
+                raise pytest.UsageError(f"--{name.replace('_', '-')} only applies with --perf-ab")
+        return
+    for name, instead in _NOT_WITH_AB.items():
+        if config.getoption(name):
+            raise pytest.UsageError(f"--{name.replace('_', '-')} does not apply with --perf-ab: {instead}")
+    rounds, most = config.getoption("perf_ab_rounds"), config.getoption("perf_ab_max_rounds")
+    if rounds is not None and rounds < 1:
+        raise pytest.UsageError(f"--perf-ab-rounds {rounds}: expected a whole number >= 1 (6 by default)")
+    if most is not None and most < (rounds or DEFAULT_ROUNDS):
+        raise pytest.UsageError(f"--perf-ab-max-rounds {most}: expected at least the rounds ({rounds or DEFAULT_ROUNDS})")
+    state = PluginState(config)
+    try:
+        state.ab_candidate()
+        state.ab_options()
+    except PerfgateError as e:
+        raise pytest.UsageError(str(e)) from None
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "perf_workload" in metafunc.fixturenames:
         state = metafunc.config.stash[STATE_KEY]
         profile = state.profile()
-        # Metric names are checked here too, so a misspelt one stops the run before anything boots.
+        # Metric names (and an A/B's candidate) are checked here too, so a misspelt one stops the
+        # run before anything boots.
         try:
-            state.gate_session()
+            state.check_ab() if state.ab_mode else state.gate_session()
         except PerfgateError as e:
             raise pytest.Collector.CollectError(f"perfgate: {e}") from None
         metafunc.parametrize("perf_workload", profile.workloads, ids=[w.name for w in profile.workloads])
@@ -79,6 +122,11 @@ def _header(summary: RunSummary) -> list[str]:
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     state = terminalreporter.config.stash.get(STATE_KEY, None)
+    if state is not None and state.ab is not None:
+        terminalreporter.write_sep("=", "perfgate ab summary")
+        for line in report_lines(state.ab):
+            terminalreporter.write_line(line)
+        return
     if state is None or state.session is None or not state.session.results:
         return
     summary = state.summary()
@@ -106,7 +154,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = session.config.stash.get(STATE_KEY, None)
-    if state is None or state.session is None:
+    if state is None:
+        return
+    if state.ab is not None and state.results_dir() is not None:
+        write_ab_results(state.ab, state.results_dir(), step_summary=os.environ.get("GITHUB_STEP_SUMMARY"))
+    if state.session is None:
         return
     # Fixture teardown has run by now (pytest tears down session fixtures first), but a run
     # interrupted before fixtures were set up still needs its server stopped.

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn
 
 import pytest
 
+from perfgate.ab import DEFAULT_ROUNDS, AbOptions, AbSummary, Candidate, parse_args, parse_env, run_ab, variants
 from perfgate.errors import PerfgateError
+from perfgate.plugin._progress import ProgressLine
 from perfgate.profile import Profile, load_profile
 from perfgate.session import RunSummary, Session, SessionOptions
 
@@ -19,6 +22,8 @@ class PluginState:
         self.config = config
         self._profile: Profile | None = None
         self.session: Session | None = None
+        self.ab: AbSummary | None = None
+        self._ab_error: PerfgateError | None = None
         self.teardown_notes: list[str] = []
         # Error message -> the test that showed it in full; later tests hit by the same error
         # (every test of a workload, every workload after a failed boot) get one line.
@@ -71,6 +76,57 @@ class PluginState:
             )
             self.session = Session(self.profile(), options)
         return self.session
+
+    @property
+    def ab_mode(self) -> bool:
+        return bool(self.config.getoption("perf_ab"))
+
+    def ab_candidate(self) -> Candidate:
+        """B's change from the --perf-candidate-* options (PerfgateError naming a bad one)."""
+        cfg = self.config
+        return Candidate(
+            python=cfg.getoption("perf_candidate_python") or "",
+            env=parse_env(cfg.getoption("perf_candidate_env"), "--perf-candidate-env"),
+            args=tuple(a for text in cfg.getoption("perf_candidate_args") for a in parse_args(text, "--perf-candidate-args")),
+        )
+
+    def ab_options(self) -> AbOptions:
+        cfg = self.config
+        results = self.results_dir()
+        options = AbOptions(
+            rounds=DEFAULT_ROUNDS if cfg.getoption("perf_ab_rounds") is None else cfg.getoption("perf_ab_rounds"),
+            max_rounds=cfg.getoption("perf_ab_max_rounds"),
+            log_dir=results if results else Path(cfg.rootpath) / ".perfgate-cache" / "logs",
+            baselines_dir=self._path(cfg.getoption("perf_baselines"), "baselines"),
+            accept_candidate=cfg.getoption("perf_accept_candidate"),
+            reason=cfg.getoption("perf_accept_regression"),
+            lock_wait_s=cfg.getoption("perf_lock_wait"),
+        )
+        options.check()
+        return options
+
+    def check_ab(self) -> None:
+        """Everything about the A/B that can be refused before a boot (PerfgateError): the
+        candidate, and (a measure-only session checks them) the profile's metric names."""
+        options = self.ab_options()
+        variants(self.profile(), self.ab_candidate(), option_prefix="--perf-candidate-")
+        Session(self.profile(), SessionOptions(options.baselines_dir, options.log_dir, measure_only=True))
+
+    def ab_summary(self, items: list[pytest.Item]) -> AbSummary:
+        """The A/B over the workloads of the collected ``items`` (run on first use; an error is raised again)."""
+        if self._ab_error is not None:
+            raise self._ab_error
+        if self.ab is None:
+            selected = {item.callspec.params["perf_workload"].name for item in items if hasattr(item, "callspec") and "perf_workload" in item.callspec.params}
+            profile = self.profile()
+            subset = replace(profile, workloads=tuple(w for w in profile.workloads if w.name in selected))
+            progress = ProgressLine(self.config, "ab")
+            try:
+                self.ab = run_ab(subset, self.ab_candidate(), self.ab_options(), on_event=progress.note, on_progress=progress)
+            except PerfgateError as e:
+                self._ab_error = e
+                raise
+        return self.ab
 
     def close(self) -> None:
         if self.session is not None:

@@ -1,6 +1,21 @@
-"""Report: the terminal summary table, results JSON, Markdown summary and plots."""
+"""Report: the terminal summary table, results JSON, Markdown summary and plots, of a gate run
+(:class:`~perfgate.session.RunSummary`) and of an A/B (:class:`~perfgate.ab.AbSummary`)."""
 
+from perfgate.report._ab import ab_document, report_lines, write_ab_results
 from perfgate.report._results import markdown_summary, results_document, write_results
-from perfgate.report._table import INFO_METRICS, Row, render_markdown, render_text, rows
+from perfgate.report._table import INFO_METRICS, Row, align, render_markdown, render_text, rows
 
-__all__ = ["INFO_METRICS", "Row", "markdown_summary", "render_markdown", "render_text", "results_document", "rows", "write_results"]
+__all__ = [
+    "INFO_METRICS",
+    "Row",
+    "ab_document",
+    "align",
+    "markdown_summary",
+    "render_markdown",
+    "render_text",
+    "report_lines",
+    "results_document",
+    "rows",
+    "write_ab_results",
+    "write_results",
+]

@@ -4,7 +4,8 @@ One figure per workload, readable without the README: the last repeat's output t
 and requests in flight over time (steady window shaded, the baseline's median throughput
 dashed), per-GPU power when measured (with the baseline's weakest-GPU power), and the TPOT
 and TTFT distributions on axes of their own (at 1024 streams TPOT is ~50 ms while TTFT spans
-0.6-20 s), each with the baseline's value marked.
+0.6-20 s), each with the baseline's value marked. An A/B gets one figure per workload too
+(:func:`write_ab_plots`): A and B per round, and B/A per round against the limit.
 """
 
 from __future__ import annotations
@@ -23,23 +24,34 @@ def _baseline_values(wl: dict[str, Any]) -> dict[str, float]:
     return {**previous, **values}
 
 
-def write_plots(doc: dict[str, Any], out_dir: Path) -> list[Path]:
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the file-only Agg backend, or None without the ``plots`` extra."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
+        return None
+    return plt
+
+
+def _save(plt: Any, fig: Any, path: Path, dpi: int) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
+
+
+def write_plots(doc: dict[str, Any], out_dir: Path) -> list[Path]:
+    plt = _pyplot()
+    if plt is None:
         return []
     written = []
     for wl in doc["workloads"]:
         if not wl["repeats"]:
             continue
-        path = out_dir / f"{wl['workload']}.png"
-        fig = _figure(plt, wl)
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+        written.append(_save(plt, _figure(plt, wl), out_dir / f"{wl['workload']}.png", dpi=110))
     return written
 
 
@@ -96,5 +108,43 @@ def _figure(plt: Any, wl: dict[str, Any]) -> Any:
         axh.set_title(f"{name} per request", fontsize=9)
         axh.set_xlabel(f"{name} (ms)")
         axh.set_ylabel("requests")
-    fig.tight_layout()
     return fig
+
+
+def write_ab_plots(doc: dict[str, Any], out_dir: Path) -> list[Path]:
+    """One PNG per workload of an A/B results document (ab-<workload>.png): for each gated metric,
+    A and B per round joined by a line (the paired view), and the ratio B/A per round against
+    the tolerance's limit, with the median ratio and its interval."""
+    plt = _pyplot()
+    if plt is None:
+        return []
+    nan = float("nan")
+    written = []
+    for wl in doc["workloads"]:
+        metrics = [m for m in wl["verdict"] or () if m["n_pairs"]]
+        if not metrics:
+            continue
+        rounds = [r["round"] for r in wl["rounds"]]
+        fig, axes = plt.subplots(len(metrics), 2, figsize=(11, 2.5 * len(metrics)), squeeze=False)
+        for (ax, axr), m in zip(axes, metrics):
+            a = [nan if v is None else v for v in m["a_values"]]
+            b = [nan if v is None else v for v in m["b_values"]]
+            ax.vlines(rounds, [min(x, y) for x, y in zip(a, b)], [max(x, y) for x, y in zip(a, b)], color="0.7", lw=1)
+            ax.plot(rounds, a, "o", color="tab:blue", label="A (current)")
+            ax.plot(rounds, b, "s", color="tab:orange", label="B (candidate)")
+            ax.set_ylabel(m["metric"], fontsize=8)
+            ax.set_xticks(rounds, [f"{n}\n{'AB' if n % 2 else 'BA'}" for n in rounds], fontsize=7)
+            ax.legend(fontsize=7)
+            ratios = [nan if v is None else v for v in m["ratios"]]
+            axr.plot(rounds, ratios, "D", color="tab:purple", label="B/A per round")
+            axr.axhline(1.0, color="0.5", lw=0.8)
+            if m["limit_ratio"] is not None:
+                axr.axhline(m["limit_ratio"], color="tab:red", ls="--", lw=1, label=f"limit {m['limit_ratio']:.3f}")
+            axr.axhline(m["median_ratio"], color="black", lw=1, label=f"median {m['median_ratio']:.3f}")
+            axr.axhspan(m["ci_low"], m["ci_high"], color="tab:purple", alpha=0.12, label=f"{m['ci_coverage'] * 100:.0f}% CI")
+            axr.set_xticks(rounds, [str(n) for n in rounds], fontsize=7)
+            axr.set_title(f"{m['metric']}: {m['status'].upper()}", fontsize=9)
+            axr.legend(fontsize=6, loc="best")
+        axes[0][0].set_title(f"{wl['workload']}: A and B per round (round, order)", fontsize=9)
+        written.append(_save(plt, fig, out_dir / f"ab-{wl['workload']}.png", dpi=100))
+    return written

@@ -15,13 +15,14 @@ from perfgate.verdict import MetricRule
 RESULTS_SCHEMA = 1
 
 
-def _plain(obj: Any) -> Any:
+def plain(obj: Any) -> Any:
+    """Dataclasses, mappings and sequences as JSON-able data (NaN becomes null, anything else its str)."""
     if is_dataclass(obj) and not isinstance(obj, type):
-        return {k: _plain(v) for k, v in asdict(obj).items()}
+        return {k: plain(v) for k, v in asdict(obj).items()}
     if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
+        return {str(k): plain(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
+        return [plain(v) for v in obj]
     if isinstance(obj, float) and obj != obj:
         return None
     if isinstance(obj, (str, int, float, bool)) or obj is None:
@@ -29,17 +30,18 @@ def _plain(obj: Any) -> Any:
     return str(obj)
 
 
-def _repeat_json(rep: RepeatResult) -> dict[str, Any]:
+def repeat_json(rep: RepeatResult) -> dict[str, Any]:
+    """One measured repeat in full: metrics, client, steady window, timeline, telemetry, every request."""
     m = rep.metrics
     return {
         "values": rep.flat_metrics(),
         "start_s": rep.load.start_s,
         "end_s": rep.load.end_s,
-        "client": _plain(rep.load.client),
+        "client": plain(rep.load.client),
         "errors": m.errors,
         "notes": m.notes,
-        "steady_window": _plain(m.steady),
-        "timeline": _plain(m.timeline),
+        "steady_window": plain(m.steady),
+        "timeline": plain(m.timeline),
         "telemetry": (
             {"window": window_json(rep.telemetry), "aligned_to": rep.telemetry_note, "timeline": rep.telemetry_timeline}
             if rep.telemetry is not None
@@ -65,14 +67,14 @@ def _repeat_json(rep: RepeatResult) -> dict[str, Any]:
 def _workload_json(res: WorkloadResult, rules: tuple[MetricRule, ...]) -> dict[str, Any]:
     return {
         "workload": res.workload,
-        "rules": _plain(rules),
+        "rules": plain(rules),
         "valid": res.valid,
         "invalid_reasons": res.invalid_reasons,
         "error": res.error,
-        "fingerprint": _plain(res.fingerprint),
+        "fingerprint": plain(res.fingerprint),
         "baseline": {"path": res.baseline_path, "note": res.baseline_note, "recorded": res.recorded, "previous": res.previous_values},
-        "verdict": _plain(res.verdict),
-        "repeats": [_repeat_json(r) for r in res.repeats],
+        "verdict": plain(res.verdict),
+        "repeats": [repeat_json(r) for r in res.repeats],
     }
 
 
@@ -83,7 +85,7 @@ def results_document(summary: RunSummary) -> dict[str, Any]:
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "profile": {"name": summary.profile_name, "path": summary.profile_path},
         "server": dict(server.provenance) if server else None,
-        "gpus": _plain(list(summary.gpus)),
+        "gpus": plain(list(summary.gpus)),
         "telemetry_note": summary.telemetry_note,
         "workloads": [_workload_json(r, summary.rules.get(r.workload, ())) for r in summary.workloads],
         "errors": summary.failures,
@@ -102,24 +104,26 @@ def markdown_summary(summary: RunSummary) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_results(summary: RunSummary, out_dir: Path, *, step_summary: str | None = None) -> list[Path]:
-    """Write results.json and summary.md (and PNG plots with the ``plots`` extra); return the paths."""
+def write_documents(out_dir: Path, name: str, doc: dict[str, Any], md_name: str, md: str, step_summary: str | None) -> list[Path]:
+    """Write ``doc`` as ``<name>-<UTC time>.json`` (atomically) and ``md`` as ``md_name`` in
+    ``out_dir`` (created), append ``md`` to ``step_summary`` when given; return both paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    doc = results_document(summary)
-    written = []
-    path = out_dir / f"results-{summary.profile_name}-{stamp}.json"
+    path = out_dir / f"{name}-{stamp}.json"
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc, sort_keys=True, indent=1) + "\n")
     tmp.replace(path)
-    written.append(path)
-    md = markdown_summary(summary)
-    (out_dir / "summary.md").write_text(md)
-    written.append(out_dir / "summary.md")
+    (out_dir / md_name).write_text(md)
     if step_summary:
         with open(step_summary, "a", encoding="utf-8") as f:
             f.write(md)
+    return [path, out_dir / md_name]
+
+
+def write_results(summary: RunSummary, out_dir: Path, *, step_summary: str | None = None) -> list[Path]:
+    """Write results.json and summary.md (and PNG plots with the ``plots`` extra); return the paths."""
+    doc = results_document(summary)
+    written = write_documents(out_dir, f"results-{summary.profile_name}", doc, "summary.md", markdown_summary(summary), step_summary)
     from perfgate.report._plots import write_plots
 
-    written += write_plots(doc, out_dir)
-    return written
+    return written + write_plots(doc, out_dir)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from perfgate._stats import median
 from perfgate.session import RunSummary
@@ -102,16 +102,21 @@ def rows(summary: RunSummary) -> list[Row]:
 HEADERS = ("workload", "metric", "measured", "baseline", "limit", "change", "verdict")
 
 
-def render_text(table: Sequence[Row]) -> str:
-    cells = [HEADERS] + [(r.workload, r.metric, r.measured, r.baseline, r.limit, r.change, r.verdict) for r in table]
-    widths = [max(len(c[i]) for c in cells) for i in range(len(HEADERS))]
-    right = {2, 3, 4, 5}
+def align(cells: Sequence[Sequence[str]], right: Collection[int] = ()) -> str:
+    """Rows of cells as text columns two spaces apart, the first row a header underlined with
+    dashes; columns in ``right`` are right-aligned (numbers)."""
+    widths = [max(len(c[i]) for c in cells) for i in range(len(cells[0]))]
     lines = []
     for k, c in enumerate(cells):
         lines.append("  ".join(c[i].rjust(widths[i]) if i in right else c[i].ljust(widths[i]) for i in range(len(c))).rstrip())
         if k == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def render_text(table: Sequence[Row]) -> str:
+    cells = [HEADERS] + [(r.workload, r.metric, r.measured, r.baseline, r.limit, r.change, r.verdict) for r in table]
+    return align(cells, right={2, 3, 4, 5})
 
 
 def render_markdown(table: Sequence[Row]) -> str:

@@ -59,6 +59,7 @@ def torch_cuda():
 print(json.dumps({
     "sglang": dist("sglang"),
     "flashinfer": dist("flashinfer-python", "flashinfer"),
+    "sgl-kernel": dist("sgl-kernel", "sgl_kernel"),
     "torch": dist("torch"),
     "cuda": torch_cuda(),
 }))
@@ -117,10 +118,14 @@ def find_sglang_root(python: str) -> Path:
     return root
 
 
-def sglang_versions(python: str) -> dict[str, str | None]:
-    """Versions of sglang, flashinfer (flashinfer-python), torch and torch's CUDA in ``python``.
+# The packages an SGLang upgrade changes, as sglang_versions reports them.
+VERSION_KEYS = ("sglang", "flashinfer", "sgl-kernel", "torch", "cuda")
 
-    Keys: "sglang", "flashinfer", "torch", "cuda"; a value is None when not installed.
+
+def sglang_versions(python: str) -> dict[str, str | None]:
+    """Versions of sglang, flashinfer (flashinfer-python), sgl-kernel, torch and torch's CUDA in ``python``.
+
+    Keys: :data:`VERSION_KEYS`; a value is None when not installed.
     """
     proc = _run_python(python, _VERSIONS, "read package versions")
     if proc.returncode != 0:
@@ -134,7 +139,7 @@ def sglang_versions(python: str) -> dict[str, str | None]:
         raise ServerError(
             f"{python!r} printed no version report: {proc.stdout[-300:]!r}"
         ) from None
-    return {key: versions.get(key) for key in ("sglang", "flashinfer", "torch", "cuda")}
+    return {key: versions.get(key) for key in VERSION_KEYS}
 
 
 def sglang_help_text(python: str, timeout_s: float = 600.0, env: Mapping[str, str] | None = None) -> str:

@@ -11,14 +11,15 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from perfgate.baseline import Baseline, BaselineStore, Fingerprint, fingerprint_for, others_note, provenance
+from perfgate.baseline import BaselineStore, Fingerprint, fingerprint_for, others_note
 from perfgate.errors import BaselineError, LoadError, PerfgateError, ProfileError, TelemetryError
 from perfgate.gpu import Hardware, host_without_gpus
 from perfgate.load import ClientLimits, LoadRun, Progress, run_workload
 from perfgate.metrics import ServingMetrics, compute_metrics
 from perfgate.profile import Profile, Workload
 from perfgate.server import RunningServer, ServerConfig, server_config, start_server
-from perfgate.session._result import RepeatResult, WorkloadResult, window_json
+from perfgate.session._record import record_baseline
+from perfgate.session._result import RepeatResult, WorkloadResult
 from perfgate.session._summary import RunSummary, ServerSummary
 from perfgate.telemetry import GpuIdentity, Monitor, NotMeasured, open_monitor
 from perfgate.verdict import MetricRule, WorkloadVerdict, judge, rules_for
@@ -41,6 +42,9 @@ class SessionOptions:
     accept_regression: str | None = None
     repeats: int | None = None
     lock_wait_s: float = 0.0
+    # perfgate ab: the session runs the repeats and nothing else (no baseline read or written,
+    # nothing judged, no reruns); the A/B judges pairs of sessions itself.
+    measure_only: bool = False
 
 
 def _failed_summary(load: LoadRun) -> str:
@@ -81,7 +85,7 @@ class Session:
                 self._rules[w.name] = rules_for(profile.gate, w)
             except ValueError as e:
                 raise ProfileError(f"profile {profile.path}: {e}") from None
-        self.store_notes = self.store.check(profile.name, for_update=options.update_baselines)
+        self.store_notes = [] if options.measure_only else self.store.check(profile.name, for_update=options.update_baselines)
 
     # -- server and telemetry -------------------------------------------------------------
     def server(self) -> RunningServer:
@@ -167,13 +171,31 @@ class Session:
         pytest-benchmark's pedantic mode so each repeat is also a timed benchmark round. On a
         PerfgateError the repeats completed so far stay in ``results`` with the error.
         """
+        return self._once(workload, lambda repeats: self._run(workload, repeats, on_progress, repeat_runner or _call_n_times))
+
+    def measure(self, workload: Workload, on_progress: Callable[[Progress], None] | None = None) -> WorkloadResult:
+        """Run ``workload``'s repeats and nothing more: no verdict, no baseline, no reruns
+        (``perfgate ab`` judges pairs of sessions itself). Cached, and kept on errors, as :meth:`run`."""
+
+        def measure_only(repeats: list[RepeatResult]) -> WorkloadResult:
+            _, fingerprint = self._measure(workload, repeats, on_progress, _call_n_times)
+            return WorkloadResult(
+                workload=workload.name,
+                repeats=repeats,
+                invalid_reasons=self._invalid_reasons(workload, repeats),
+                fingerprint=fingerprint,
+            )
+
+        return self._once(workload, measure_only)
+
+    def _once(self, workload: Workload, body: Callable[[list[RepeatResult]], WorkloadResult]) -> WorkloadResult:
         if workload.name in self.failures:
             raise self.failures[workload.name]
         if workload.name in self.results:
             return self.results[workload.name]
         repeats: list[RepeatResult] = []
         try:
-            result = self._run(workload, repeats, on_progress, repeat_runner or _call_n_times)
+            result = body(repeats)
         except PerfgateError as e:
             self.failures[workload.name] = e
             self.results[workload.name] = WorkloadResult(
@@ -183,13 +205,15 @@ class Session:
         self.results[workload.name] = result
         return result
 
-    def _run(
+    def _measure(
         self,
         workload: Workload,
         repeats: list[RepeatResult],
         on_progress: Callable[[Progress], None] | None,
         repeat_runner: RepeatRunner,
-    ) -> WorkloadResult:
+    ) -> tuple[Callable[[], None], Fingerprint]:
+        """Run the workload's repeats into ``repeats``; return the function that runs one more
+        and the fingerprint the results belong to."""
         server = self.server()
         self._check_server(server, f"before workload {workload.name}")
         n = self.repeats_for(workload)
@@ -224,7 +248,17 @@ class Session:
         repeat_runner(one_repeat, n)
         if len(repeats) != n:
             raise PerfgateError(f"workload {workload.name}: {len(repeats)} of {n} repeats ran; the repeat runner must run each once")
-        fingerprint = self._fingerprint(server, workload)
+        return one_repeat, self._fingerprint(server, workload)
+
+    def _run(
+        self,
+        workload: Workload,
+        repeats: list[RepeatResult],
+        on_progress: Callable[[Progress], None] | None,
+        repeat_runner: RepeatRunner,
+    ) -> WorkloadResult:
+        one_repeat, fingerprint = self._measure(workload, repeats, on_progress, repeat_runner)
+        n = self.repeats_for(workload)
         baseline = self.store.load(self.profile.name, workload.name, fingerprint)
         note = ""
         if baseline is None:
@@ -346,26 +380,16 @@ class Session:
         if not result.valid:
             result.baseline_note = "not recorded: the run was invalid (" + "; ".join(result.invalid_reasons) + ")"
             return
-        server = self.server()
-        prov = provenance(server.versions, reason=self.options.accept_regression, repo_dir=self.profile.path.parent)
-        prov["server"] = server.provenance()
-        telemetry = {
-            f"repeat_{i}": window_json(r.telemetry) for i, r in enumerate(result.repeats, start=1) if r.telemetry is not None
-        }
-        baseline = Baseline(
-            profile=self.profile.name,
-            workload=workload.name,
-            fingerprint=result.fingerprint,
-            repeats=result.repeat_metrics(),
-            telemetry=telemetry,
-            provenance=prov,
-        )
         try:
-            path = self.store.save(
-                baseline,
+            path = record_baseline(
+                self.store,
+                self.profile,
+                workload.name,
+                result.fingerprint,
+                result.repeats,
+                server_provenance=self.server().provenance(),
                 rules=self._rules[workload.name],
-                accept_regression=self.options.accept_regression,
-                alpha=self.profile.gate.alpha,
+                reason=self.options.accept_regression,
             )
         except BaselineError as e:
             result.baseline_note = f"not recorded: {e}"

@@ -129,7 +129,7 @@ async def server_info(request: web.Request) -> web.Response:
             "num_running_reqs": srv.engine.num_running,
             "num_waiting_reqs": srv.engine.num_waiting,
         }],
-        "version": VERSION,
+        "version": opts.version or VERSION,
         "frontend": "python",
         "perfgate_sim": {
             "options": opts.as_dict(),

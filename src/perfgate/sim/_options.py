@@ -18,6 +18,9 @@ from functools import cache
 from perfgate.sim._engine import SimConfig
 
 SLOWDOWN_ENV = "PERFGATE_SIM_SLOWDOWN"
+# The version the simulator reports as its own ("" = its real one): lets a test play two
+# software stacks (perfgate ab --candidate-python with a wrapper interpreter that sets it).
+VERSION_ENV = "PERFGATE_SIM_VERSION"
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 # Passed by the launcher itself: a [server.sim] value would override them and the launcher would
@@ -62,6 +65,7 @@ class SimOptions:
     short_rate: float
     idle_gpus: int
     slowdown: float
+    version: str = ""
 
     def engine_config(self) -> SimConfig:
         """The performance-model part of the options."""
@@ -256,4 +260,4 @@ def parse_options(argv: Sequence[str], environ: os._Environ[str] | dict[str, str
         parser.exit(2, f"{parser.prog}: error: {err}\n")
     values = vars(ns)
     values["served_model_name"] = values["served_model_name"] or values["model_path"]
-    return SimOptions(slowdown=slowdown, **values)
+    return SimOptions(slowdown=slowdown, version=environ.get(VERSION_ENV, "").strip(), **values)

@@ -443,7 +443,7 @@ class SimServer:
 
     async def _warmup(self) -> None:
         opts = self.opts
-        log(f"perfgate.sim {VERSION}: {opts.gpus} x {opts.gpu_name}, model {opts.model_path}, "
+        log(f"perfgate.sim {opts.version or VERSION}: {opts.gpus} x {opts.gpu_name}, model {opts.model_path}, "
             f"http://{opts.host}:{opts.port}")
         if opts.hang_at_startup:
             return

@@ -2,7 +2,9 @@
 
 ``rules_for(gate, workload)`` lists what is gated and which way is worse;
 ``judge(workload, rules, current, baseline, alpha=..., require_baseline=...)`` returns a
-:class:`WorkloadVerdict` with one :class:`MetricVerdict` per rule. Pure Python, no I/O.
+:class:`WorkloadVerdict` with one :class:`MetricVerdict` per rule; ``judge_paired(workload,
+rules, a_runs, b_runs, ...)`` judges variant B against variant A round by round (A/B), one
+:class:`PairedMetricVerdict` per rule. Pure Python, no I/O.
 """
 
 from perfgate.verdict._direction import Direction, direction_of, unit_of
@@ -16,6 +18,14 @@ from perfgate.verdict._judge import (
     judge,
 )
 from perfgate.verdict._names import KNOWN_METRICS, check_metric_name
+from perfgate.verdict._paired import (
+    PairedMetricVerdict,
+    binomial_half_cdf,
+    judge_paired,
+    median_interval,
+    sign_test_min_rounds,
+    sign_test_p,
+)
 from perfgate.verdict._rules import MetricRule, rules_for
 from perfgate.verdict._mannwhitney import mann_whitney_less, min_p_value
 
@@ -26,14 +36,20 @@ __all__ = [
     "MetricRule",
     "MetricVerdict",
     "NoiseTest",
+    "PairedMetricVerdict",
     "Status",
     "WorkloadVerdict",
+    "binomial_half_cdf",
     "check_metric_name",
     "direction_of",
     "fmt_value",
     "judge",
+    "judge_paired",
     "mann_whitney_less",
+    "median_interval",
     "min_p_value",
     "rules_for",
+    "sign_test_min_rounds",
+    "sign_test_p",
     "unit_of",
 ]

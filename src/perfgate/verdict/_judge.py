@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Generic, Literal, Protocol, TypeVar
 
 from perfgate._stats import median
 from perfgate.verdict._direction import Direction, unit_of
@@ -59,21 +59,35 @@ class MetricVerdict:
     message: str
 
 
+class _Judged(Protocol):
+    @property
+    def ok(self) -> bool: ...
+
+    @property
+    def status(self) -> str: ...
+
+
+V = TypeVar("V", bound=_Judged)
+
+
 @dataclass(frozen=True)
-class WorkloadVerdict:
+class WorkloadVerdict(Generic[V]):
+    """One workload's metric verdicts: against a baseline (:class:`MetricVerdict`, from
+    :func:`judge`) or A against B (``PairedMetricVerdict``, from ``judge_paired``)."""
+
     workload: str
-    metrics: tuple[MetricVerdict, ...]
+    metrics: tuple[V, ...]
 
     @property
     def passed(self) -> bool:
         return all(m.ok for m in self.metrics)
 
     @property
-    def failures(self) -> tuple[MetricVerdict, ...]:
+    def failures(self) -> tuple[V, ...]:
         return tuple(m for m in self.metrics if not m.ok)
 
     @property
-    def inconclusive(self) -> tuple[MetricVerdict, ...]:
+    def inconclusive(self) -> tuple[V, ...]:
         """Metrics past their limit that the repeats could not tell from noise."""
         return tuple(m for m in self.metrics if m.status == "inconclusive")
 
@@ -88,7 +102,7 @@ def judge(
     require_baseline: bool = False,
     no_baseline_note: str = "",
     inconclusive: InconclusivePolicy = "fail",
-) -> WorkloadVerdict:
+) -> WorkloadVerdict[MetricVerdict]:
     """Judge one workload.
 
     ``current`` and ``baseline`` are the repeats (flat metric dicts); ``baseline`` is None when

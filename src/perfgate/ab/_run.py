@@ -1,0 +1,267 @@
+"""Run an A/B: boot A and B in turn (ABBA), one run of every selected workload per boot, judge the pairs.
+
+Each run is a measure-only :class:`~perfgate.session.Session` (one repeat, telemetry as in a
+gate run, no baseline read), closed (the server torn down) before the next boots, so the two
+variants never share the host. Rounds past ``rounds`` are added, one ABBA block (two rounds)
+at a time and for the undecided workloads only, while a verdict is INCONCLUSIVE and
+``max_rounds`` allows, as the gate adds repeats.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from perfgate.ab._accept import accept_candidate
+from perfgate.ab._candidate import Candidate, Label, Variant, variants
+from perfgate.ab._order import abba_order
+from perfgate.ab._select import select_workloads
+from perfgate.ab._summary import AbRun, AbSummary, AbWorkload, VariantSummary
+from perfgate.baseline import BaselineStore, Fingerprint, normalize_args
+from perfgate.errors import PerfgateError, ProfileError
+from perfgate.load import Progress
+from perfgate.profile import Profile, Workload
+from perfgate.server import server_config
+from perfgate.session import RunSummary, Session, SessionOptions
+from perfgate.verdict import MetricRule, PairedMetricVerdict, WorkloadVerdict, judge_paired, rules_for
+
+# 6 rounds: the fewest at which the sign test can confirm a change at alpha 0.05 with one
+# round to spare (5 is the least), and an even number, so the ABBA blocks are whole.
+DEFAULT_ROUNDS = 6
+
+
+@dataclass(frozen=True)
+class AbOptions:
+    """How an A/B runs. ``max_rounds`` None: twice ``rounds`` (as [gate] max_repeats defaults);
+    ``keyword``: pytest's ``-k`` over workload names; ``reason``: why B's numbers may be
+    recorded although B did not pass (``accept_candidate`` only)."""
+
+    rounds: int = DEFAULT_ROUNDS
+    max_rounds: int | None = None
+    keyword: str = ""
+    log_dir: Path = Path(".perfgate-cache/logs")
+    baselines_dir: Path = Path("baselines")
+    accept_candidate: bool = False
+    reason: str | None = None
+    lock_wait_s: float = 0.0
+
+    @property
+    def most_rounds(self) -> int:
+        return self.max_rounds if self.max_rounds is not None else 2 * self.rounds
+
+    def check(self) -> None:
+        """PerfgateError naming the option for impossible combinations (before anything boots)."""
+        if self.rounds < 1:
+            raise PerfgateError(f"--rounds {self.rounds}: expected a whole number >= 1 (6 by default)")
+        if self.max_rounds is not None and self.max_rounds < self.rounds:
+            raise PerfgateError(f"--max-rounds {self.max_rounds}: expected at least --rounds ({self.rounds})")
+        if self.reason is not None and not self.accept_candidate:
+            raise PerfgateError("--reason only applies with --accept-candidate (it is stored with the accepted baselines)")
+        if self.reason is not None and not self.reason.strip():
+            raise PerfgateError("--reason is empty; say why B's numbers are accepted")
+        if self.lock_wait_s < 0:
+            raise PerfgateError(f"--lock-wait {self.lock_wait_s:g}: expected seconds >= 0")
+
+
+class _Rounds:
+    """The runs so far, per workload, and each variant's boots."""
+
+    def __init__(
+        self,
+        pair: tuple[Variant, Variant],
+        options: AbOptions,
+        on_event: Callable[[str], None],
+        on_progress: Callable[[Progress], None] | None,
+    ) -> None:
+        self.variants = {v.label: v for v in pair}
+        self.options = options
+        self.on_event = on_event
+        self.on_progress = on_progress
+        self.runs: dict[str, list[AbRun]] = {}
+        self.boots: dict[Label, list[RunSummary]] = {"A": [], "B": []}
+        self.order: list[tuple[int, Label]] = []
+        self.stopped = ""
+
+    @property
+    def done(self) -> int:
+        return max((r for r, _ in self.order), default=0)
+
+    def run(self, rounds: int, workloads: Sequence[Workload], planned: int) -> None:
+        for round_, label in abba_order(self.done + 1, rounds):
+            if self.stopped:
+                return
+            self._boot(round_, label, workloads, planned)
+
+    def _boot(self, round_: int, label: Label, workloads: Sequence[Workload], planned: int) -> None:
+        variant = self.variants[label]
+        self.order.append((round_, label))
+        self.on_event(f"round {round_}/{planned} {label} ({variant.role}): booting")
+        session = Session(
+            variant.profile,
+            SessionOptions(
+                baselines_dir=self.options.baselines_dir,
+                log_dir=self.options.log_dir,
+                repeats=1,
+                lock_wait_s=self.options.lock_wait_s,
+                measure_only=True,
+            ),
+        )
+        notes: list[str] = []
+        try:
+            for w in workloads:
+                try:
+                    result = session.measure(w, self.on_progress)
+                except PerfgateError as e:
+                    # A variant that cannot boot or run will not do better in the next round.
+                    self.stopped = f"round {round_}, {label} ({variant.role}), workload {w.name}: {e}"
+                    self.runs.setdefault(w.name, []).append(AbRun(round_, label, session.results[w.name], w.max_error_rate))
+                    self.on_event(f"round {round_}/{planned} {label}: {w.name}: stopped: {str(e).splitlines()[0]}")
+                    break
+                run = AbRun(round_, label, result, w.max_error_rate)
+                self.runs.setdefault(w.name, []).append(run)
+                self.on_event(f"round {round_}/{planned} {label}: {w.name}: {_headline(run)}")
+        finally:
+            notes = session.close()
+        self.boots[label].append(session.summary(tuple(notes)))
+
+    def need_more(self, workload: Workload, verdict: WorkloadVerdict[PairedMetricVerdict] | None, planned: int) -> str:
+        """Why ``workload`` needs more rounds: fewer valid ones than ``planned`` (runs the client
+        paced are discarded) or an inconclusive verdict; "" when it does not, or when more cannot
+        help (a run stopped or failed requests: that is the variant's own doing)."""
+        runs = self.runs.get(workload.name, [])
+        if any(r.problems for r in runs):
+            return ""
+        by = {(r.round, r.variant): r.values for r in runs}
+        valid = sum(1 for (n, label), v in by.items() if label == "A" and v is not None and by.get((n, "B")) is not None)
+        if valid < planned:
+            return f"{valid} of {planned} rounds valid"
+        if verdict is not None and any(not m.ok for m in verdict.inconclusive):
+            return "inconclusive"
+        return ""
+
+    def verdict(self, workload: Workload, rules: Sequence[MetricRule], profile: Profile) -> WorkloadVerdict[PairedMetricVerdict] | None:
+        by = {(r.round, r.variant): r for r in self.runs.get(workload.name, [])}
+        numbers = sorted({n for n, _ in by})
+        if not numbers:
+            return None
+        a = [by[(n, "A")].values if (n, "A") in by else None for n in numbers]
+        b = [by[(n, "B")].values if (n, "B") in by else None for n in numbers]
+        if not any(x is not None and y is not None for x, y in zip(a, b)):
+            return None
+        return judge_paired(workload.name, rules, a, b, alpha=profile.gate.alpha, inconclusive=profile.gate.inconclusive)
+
+
+def _headline(run: AbRun) -> str:
+    values = run.result.repeats[0].flat_metrics() if run.result.repeats else {}
+    parts = [f"{values[k]:,.1f} {unit}" for k, unit in (("output_throughput", "output tok/s"), ("mean_tpot_ms", "ms mean TPOT")) if k in values]
+    if run.result.invalid_reasons:
+        parts.append("INVALID: " + run.result.invalid_reasons[0])
+    return ", ".join(parts) or "no metrics"
+
+
+def _server_args(variant: Variant) -> tuple[str, ...]:
+    config = server_config(variant.profile.server)
+    return normalize_args(config.args, config.flag_aliases)
+
+
+def _fingerprint_note(runs: Sequence[AbRun]) -> str:
+    """What B's change does to the baseline fingerprint."""
+    first: dict[str, Fingerprint] = {}
+    for r in runs:
+        if r.result.fingerprint is not None:
+            first.setdefault(r.variant, r.result.fingerprint)
+    a, b = first.get("A"), first.get("B")
+    if a is None or b is None:
+        return "unknown: a variant never finished a run"
+    if a == b:
+        return "same for A and B: accepting B replaces the baseline A's runs would be gated against"
+    return (
+        f"B's differs from A's ({a.describe_difference(b)}): the A/B compares the two directly; accepted, B's numbers "
+        "are stored under B's fingerprint, which gate runs use once the profile is changed the same way"
+    )
+
+
+def run_ab(
+    profile: Profile,
+    candidate: Candidate,
+    options: AbOptions,
+    *,
+    on_event: Callable[[str], None] | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
+) -> AbSummary:
+    """Run the A/B of ``candidate`` against ``profile`` and judge it; record B when asked.
+
+    Everything that can be refused without a server is refused first (PerfgateError): the
+    options, the candidate, the workload selection, metric names, and, for
+    ``accept_candidate``, a baseline store that cannot be written. A variant that fails to
+    boot or run stops the A/B; the summary then says so (``stopped``) and holds what ran.
+    """
+    options.check()
+    pair = variants(profile, candidate)
+    workloads = select_workloads(profile, options.keyword)
+    rules: dict[str, tuple[MetricRule, ...]] = {}
+    for w in workloads:
+        try:
+            rules[w.name] = tuple(rules_for(profile.gate, w))
+        except ValueError as e:
+            raise ProfileError(f"profile {profile.path}: {e}") from None
+    store = BaselineStore(options.baselines_dir) if options.accept_candidate else None
+    store_notes = store.check(profile.name, for_update=True) if store is not None else []
+    server_args = {v.label: _server_args(v) for v in pair}
+    emit = on_event or (lambda _: None)
+
+    rounds = _Rounds(pair, options, emit, on_progress)
+    rounds.run(options.rounds, workloads, options.rounds)
+    verdicts = {w.name: rounds.verdict(w, rules[w.name], profile) for w in workloads}
+    # More rounds, one ABBA block at a time, for workloads still undecided or short of valid
+    # rounds (a run the client paced is discarded), as the gate adds repeats.
+    while not rounds.stopped and rounds.done < options.most_rounds:
+        why = {w.name: rounds.need_more(w, verdicts[w.name], options.rounds) for w in workloads}
+        todo = [w for w in workloads if why[w.name]]
+        if not todo:
+            break
+        more = min(2, options.most_rounds - rounds.done)
+        emit(f"{'; '.join(f'{w.name}: {why[w.name]}' for w in todo)}: {more} more round(s)")
+        rounds.run(more, todo, options.most_rounds)
+        verdicts.update({w.name: rounds.verdict(w, rules[w.name], profile) for w in todo})
+
+    env_names = sorted({*pair[0].extra_env, *pair[1].extra_env})
+    variant_summaries = tuple(
+        VariantSummary(
+            label=v.label,
+            role=v.role,
+            python=v.python,
+            extra_env=v.extra_env,
+            extra_args=v.extra_args,
+            server_args=server_args[v.label],
+            env_seen={k: v.profile.server.env.get(k, os.environ.get(k, "")) for k in env_names},
+            boots=tuple(rounds.boots[v.label]),
+        )
+        for v in pair
+    )
+    results = []
+    for w in workloads:
+        runs = tuple(rounds.runs.get(w.name, []))
+        results.append(
+            AbWorkload(w.name, rules[w.name], runs, verdicts[w.name], planned=options.rounds, fingerprint_note=_fingerprint_note(runs))
+        )
+    summary = AbSummary(
+        profile_name=profile.name,
+        profile_path=str(profile.path),
+        rounds=options.rounds,
+        max_rounds=options.most_rounds,
+        order=tuple(rounds.order),
+        variants=variant_summaries,
+        workloads=tuple(results),
+        alpha=profile.gate.alpha,
+        inconclusive=profile.gate.inconclusive,
+        stopped=rounds.stopped,
+        accept=options.accept_candidate,
+        reason=options.reason,
+        store_notes=tuple(store_notes),
+    )
+    if store is not None:
+        summary = accept_candidate(summary, store, pair[1].profile, options.reason)
+    return summary
