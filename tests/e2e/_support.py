@@ -29,6 +29,16 @@ def gate(profile: Path, baselines: Path, *args: str, timeout_s: float = 1200) ->
     return pytest.RunResult(proc.returncode, proc.stdout.splitlines(), proc.stderr.splitlines(), time.monotonic() - t0)
 
 
+def expect_outcomes(result: pytest.RunResult, **outcomes: int) -> None:
+    """``result.assert_outcomes(**outcomes)``, with the gate's own output in the failure: a bare
+    AssertionError from a subprocess run is all a CI log would otherwise show."""
+    try:
+        result.assert_outcomes(**outcomes)
+    except AssertionError:
+        tail = "\n".join(result.outlines[-150:] + result.errlines[-40:])
+        raise AssertionError(f"expected {outcomes} (exit {result.ret}); the gate printed:\n{tail}") from None
+
+
 def processes_marked(environ_entry: str, path_marker: str = "") -> dict[int, str]:
     """Live processes (pid -> command line) whose environment holds ``environ_entry``
     ("NAME=value"), or whose command line or memory map names ``path_marker`` (a venv).
