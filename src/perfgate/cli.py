@@ -51,10 +51,10 @@ def _baselines(args: argparse.Namespace) -> int:
         raise PerfgateError(f"perfgate baselines {args.action} needs baseline files; `perfgate baselines list` shows the stored ones")
     docs = []
     for p in paths:
-        b = read_baseline(p)
-        if b is None:
+        doc = read_baseline(p)
+        if doc is None:
             raise PerfgateError(f"baseline {p}: file not found; `perfgate baselines list` shows the stored ones")
-        docs.append(b)
+        docs.append(doc)
     if args.action == "show":
         for b in docs:
             print(f"{b.source}: {b.profile}/{b.workload}")

@@ -69,7 +69,8 @@ def accept_candidate(summary: AbSummary, store: BaselineStore, b_profile: Profil
     for w in summary.workloads:
         why = _why_not(summary, w, reason)
         b_runs = [run for _, _, run in w.rounds() if run is not None]
-        if why or b.server is None or not b_runs:
+        fingerprint = b_runs[0].result.fingerprint if b_runs else None
+        if why or b.server is None or fingerprint is None:
             out.append(replace(w, baseline_note=f"not recorded: {why or 'B never came up'}"))
             continue
         try:
@@ -77,7 +78,7 @@ def accept_candidate(summary: AbSummary, store: BaselineStore, b_profile: Profil
                 store,
                 b_profile,
                 w.name,
-                b_runs[0].result.fingerprint,
+                fingerprint,
                 [run.result.repeats[0] for run in b_runs],
                 server_provenance=b.server.provenance,
                 rules=w.rules,

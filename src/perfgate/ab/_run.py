@@ -228,7 +228,7 @@ def run_ab(
         verdicts.update({w.name: rounds.verdict(w, rules[w.name], profile) for w in todo})
 
     env_names = sorted({*pair[0].extra_env, *pair[1].extra_env})
-    variant_summaries = tuple(
+    a_summary, b_summary = (
         VariantSummary(
             label=v.label,
             role=v.role,
@@ -253,7 +253,7 @@ def run_ab(
         rounds=options.rounds,
         max_rounds=options.most_rounds,
         order=tuple(rounds.order),
-        variants=variant_summaries,
+        variants=(a_summary, b_summary),
         workloads=tuple(results),
         alpha=profile.gate.alpha,
         inconclusive=profile.gate.inconclusive,

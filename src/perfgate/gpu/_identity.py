@@ -128,4 +128,5 @@ def device_handle(nvml: Any, gpu: GpuId) -> Any:
 
 def p2p_read_status(nvml: Any, a: Any, b: Any) -> int | None:
     """NVML's peer-to-peer read status between two handles (``NVML_P2P_STATUS_*``), None if unknown."""
-    return query(nvml, nvml.nvmlDeviceGetP2PStatus, a, b, _P2P_CAPS_INDEX_READ)
+    status = query(nvml, nvml.nvmlDeviceGetP2PStatus, a, b, _P2P_CAPS_INDEX_READ)
+    return None if status is None else int(status)

@@ -45,9 +45,10 @@ class ProgressLine:
             self._write(("\r" if self._tty else "") + f"[perfgate] {self._label}: {text}".ljust(110 if self._tty else 0) + "\n")
 
     def _write(self, text: str) -> None:
-        tw = self._reporter._tw
+        if self._reporter is None:
+            return
         if self._capman is not None:
             with self._capman.global_and_fixture_disabled():
-                tw.write(text, flush=True)
+                self._reporter.write(text, flush=True)
         else:
-            tw.write(text, flush=True)
+            self._reporter.write(text, flush=True)

@@ -90,7 +90,9 @@ def _rows(summary: AbSummary) -> list[list[str]]:
     for w in summary.workloads:
         for m in w.verdict.metrics if w.verdict else ():
             ratio = f"{m.median_ratio:.3f}" if m.median_ratio is not None else "-"
-            ci = f"[{m.ci_low:.3f}, {m.ci_high:.3f}] ({m.ci_coverage * 100:.0f}%)" if m.ci_low is not None else "-"
+            ci = "-"
+            if m.ci_low is not None and m.ci_high is not None and m.ci_coverage is not None:
+                ci = f"[{m.ci_low:.3f}, {m.ci_high:.3f}] ({m.ci_coverage * 100:.0f}%)"
             limit = "-"
             if m.limit_ratio is not None:
                 limit = f"{'>=' if m.direction == 'higher' else '<='} {m.limit_ratio:.3f}"

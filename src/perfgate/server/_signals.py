@@ -86,7 +86,7 @@ def deferred() -> Iterator[None]:
             signum = pending[0]
             if signum == signal.SIGINT:
                 raise KeyboardInterrupt
-            handler = saved[signum]
+            handler = saved[signal.Signals(signum)]
             if callable(handler):
                 handler(signum, None)
             elif handler == signal.SIG_DFL:

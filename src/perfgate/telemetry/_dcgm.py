@@ -8,6 +8,7 @@ labels. GPUs are keyed by (hostname, UUID).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 from dataclasses import dataclass, field
 
 import httpx
@@ -70,7 +71,8 @@ def parse_dcgm_text(text: str) -> list[DcgmReading]:
     Raises ``ValueError`` for text the Prometheus parser rejects. Samples without a UUID label
     and metrics perfgate does not use are ignored.
     """
-    found: dict[tuple[str, str], dict[str, object]] = {}
+    labels_of: dict[tuple[str, str], dict[str, str]] = {}
+    values_of: dict[tuple[str, str], dict[str, float]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             spec = _METRICS.get(sample.name) or _METRICS.get(family.name)
@@ -79,14 +81,10 @@ def parse_dcgm_text(text: str) -> list[DcgmReading]:
             if spec is None or not uuid:
                 continue
             host = labels.get("Hostname") or labels.get("hostname") or ""
-            entry = found.setdefault((host, uuid), {"labels": labels, "values": {}})
-            values = entry["values"]
-            assert isinstance(values, dict)
-            values[spec[0]] = float(sample.value) * spec[1]
+            labels_of.setdefault((host, uuid), labels)
+            values_of.setdefault((host, uuid), {})[spec[0]] = float(sample.value) * spec[1]
     readings = []
-    for (host, uuid), entry in found.items():
-        labels = entry["labels"]
-        assert isinstance(labels, dict)
+    for (host, uuid), labels in labels_of.items():
         gpu = labels.get("gpu", "")
         readings.append(DcgmReading(
             hostname=host,
@@ -95,7 +93,7 @@ def parse_dcgm_text(text: str) -> list[DcgmReading]:
             model=labels.get("modelName", ""),
             pci_bus_id=labels.get("pci_bus_id", ""),
             driver_version=labels.get("DCGM_FI_DRIVER_VERSION", ""),
-            values=dict(entry["values"]),  # type: ignore[arg-type]
+            values=values_of[(host, uuid)],
         ))
     return readings
 
@@ -168,8 +166,8 @@ class DcgmSource:
                 if last is not None and last[1] == r.values:
                     continue
                 self._last[key] = (t, r.values)
-                samples.append(GpuSample(t_s=t, uuid=r.uuid,
-                                         **{f: r.values.get(f) for f in _SAMPLE_FIELDS}))
+                fields: dict[str, Any] = {f: r.values.get(f) for f in _SAMPLE_FIELDS}
+                samples.append(GpuSample(t_s=t, uuid=r.uuid, **fields))
                 act = {k: r.values.get(k) for k in _ACTIVITY}
                 if last is not None and any(v is not None for v in act.values()):
                     spans.append(ActivitySpan(last[0], t, r.uuid, act))

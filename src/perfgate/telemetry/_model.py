@@ -7,7 +7,7 @@ the source, or the read failed), never zero.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -214,7 +214,7 @@ class TelemetryWindow:
             out["gpu_power_mean_w"] = mean(powers)
             out["gpu_power_total_w"] = sum(powers)
             out["gpu_imbalance"] = self.imbalance or 0.0
-        reducers = {
+        reducers: dict[str, tuple[str, Callable[[list[float]], float]]] = {
             "gpu_limit_share_min": ("limit_share", min),
             "energy_j": ("energy_j", sum),
             "tensor_util_min_pct": ("tensor_util_pct", min),

@@ -129,7 +129,7 @@ def _throttle_s(samples: Sequence[GpuSample], start_s: float, end_s: float) -> d
     counters = [s for s in samples if s.throttle_ns]
     if len(counters) >= 2:
         for reason in counters[-1].throttle_ns or {}:
-            points = [(s.t_s, s.throttle_ns[reason]) for s in counters if reason in (s.throttle_ns or {})]
+            points = [(s.t_s, ns[reason]) for s in counters if (ns := s.throttle_ns) and reason in ns]
             # A counter that went backwards restarted: count nothing for that step.
             total = _accumulate(points, lambda t0, v0, t1, v1: max(0.0, v1 - v0))
             if total is not None:

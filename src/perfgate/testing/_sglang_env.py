@@ -376,4 +376,5 @@ def verify_sglang_env(python: Path, env: Mapping[str, str], log: Path) -> dict[s
         log=log,
         env={**os.environ, **env},
     )
-    return json.loads(out.strip().splitlines()[-1])
+    versions: dict[str, object] = json.loads(out.strip().splitlines()[-1])
+    return versions

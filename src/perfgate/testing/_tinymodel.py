@@ -120,7 +120,7 @@ def resolve_spec(
     """The ``size`` preset with any explicit field overriding it; bad values raise PerfgateError."""
     if size not in SIZES:
         raise PerfgateError(f"tiny model: unknown size {size!r}; expected one of {', '.join(map(repr, SIZES))}")
-    overrides = {
+    overrides: dict[str, Any] = {
         "hidden_size": hidden_size,
         "num_layers": num_layers,
         "num_heads": num_heads,

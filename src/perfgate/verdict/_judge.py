@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Generic, Literal, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from perfgate._stats import median
 from perfgate.verdict._direction import Direction, unit_of
@@ -161,7 +161,7 @@ def _judge_metric(
     higher = rule.direction == "higher"
     vals = _values(current, metric)
     base_vals = _values(baseline, metric) if baseline is not None else []
-    common = {"workload": workload, "metric": metric, "direction": rule.direction, "n_measured": len(vals), "n_baseline": len(base_vals)}
+    common: dict[str, Any] = {"workload": workload, "metric": metric, "direction": rule.direction, "n_measured": len(vals), "n_baseline": len(base_vals)}
     if not vals:
         return MetricVerdict(
             **common,

@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from perfgate._stats import median
 from perfgate.verdict._direction import Direction, unit_of
@@ -93,7 +93,7 @@ def binomial_half_cdf(k: int, n: int) -> float:
     """P(Binomial(n, 1/2) <= k), exactly (as a float of an integer ratio)."""
     if k < 0:
         return 0.0
-    return sum(math.comb(n, i) for i in range(min(k, n) + 1)) / 2**n
+    return sum(math.comb(n, i) for i in range(min(k, n) + 1)) / (1 << n)
 
 
 def sign_test_p(worse: int, n: int) -> float:
@@ -168,9 +168,9 @@ def _judge_metric(
     a_vals = tuple(_value(r, metric) for r in a_runs)
     b_vals = tuple(_value(r, metric) for r in b_runs)
     ratios = tuple(_ratio(a, b) for a, b in zip(a_vals, b_vals))
-    paired = [(a, b, r) for a, b, r in zip(a_vals, b_vals, ratios) if r is not None]
+    paired = [(a, b, r) for a, b, r in zip(a_vals, b_vals, ratios) if a is not None and b is not None and r is not None]
     n = len(paired)
-    common = {
+    common: dict[str, Any] = {
         "workload": workload,
         "metric": metric,
         "direction": rule.direction,
@@ -180,7 +180,7 @@ def _judge_metric(
         "tolerance": rule.tolerance,
         "n_pairs": n,
     }
-    empty = {
+    empty: dict[str, Any] = {
         "median_a": None, "median_b": None, "median_ratio": None, "ci_low": None, "ci_high": None,
         "ci_coverage": None, "limit_ratio": None, "p_value": None, "noise_test": "none", "rounds_worse": 0,
     }
@@ -240,7 +240,7 @@ def _judge_metric(
     else:
         evidence.append(f"too few rounds for a noise test at alpha {alpha:g} (need {sign_test_min_rounds(alpha)}), tolerance alone")
     evidence.append(f"{coverage * 100:.1f}% CI [{low:.3f}, {high:.3f}]")
-    if limit is not None:
+    if rule.tolerance is not None:
         evidence.insert(0, f"tolerance {rule.tolerance * 100:g}%")
     detail = f" ({'; '.join(evidence)})"
     if status == "inconclusive":

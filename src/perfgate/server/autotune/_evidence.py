@@ -152,16 +152,16 @@ def verify_autotune_log(
     lines: list[str] = []
     fresh_signal = cached_signal = uncached_run = False
     for line in log_text.splitlines():
-        hook = _HOOK.search(line)
-        if hook:
+        seen = _HOOK.search(line)
+        if seen:
             lines.append(line)
-            kind, pid = hook.group(1), int(hook.group(3))
+            kind, pid = seen.group(1), int(seen.group(3))
             if kind == "FAILED":
                 failures.append(line[line.index(_hook.EVIDENCE_PREFIX):])
             elif kind == "loaded":
                 loaded.append(pid)
             elif kind == "decision evaluated":
-                result = _DECISION_RESULT.search(hook.group(2))
+                result = _DECISION_RESULT.search(seen.group(2))
                 decisions.append((pid, result.group(1) if result else "?"))
             elif pid not in pids:
                 pids.append(pid)
@@ -242,7 +242,7 @@ def verify_autotune_log(
         decisions=tuple(decisions),
         processes=dict(processes or {}),
     )
-    hook = evidence.hook_summary()
+    summary = evidence.hook_summary()
     if not started and device and device != "cuda":
         # Nothing to verify is not the same as a failed tuning: say why it cannot happen here.
         message = (
@@ -257,8 +257,8 @@ def verify_autotune_log(
     else:
         where = f" in {cache_dir}" if cache_dir else ""
         message = f"FlashInfer autotune ran on {tp_size}/{tp_size} TP ranks ({tuning} tactics{where})"
-    if hook:
-        message += f"; {hook}"
+    if summary:
+        message += f"; {summary}"
     return replace(evidence, message=message)
 
 

@@ -50,7 +50,7 @@ import os
 import sys
 import types
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 # Set by perfgate to "<module>:<qualname>" of the decision to patch; unset means "do nothing".
 ENV_VAR = "PERFGATE_FLASHINFER_CUTLASS_AUTOTUNE"
@@ -196,7 +196,7 @@ def instrument(module: types.ModuleType, qualname: str, spec_text: str) -> None:
         raise LookupError(f"{qualname} is not a plain function (found {type(original).__name__})")
 
     @functools.wraps(original)
-    def decision(*args, **kwargs):
+    def decision(*args: Any, **kwargs: Any) -> Any:
         try:
             result = original(*args, **kwargs)
         except BaseException as exc:
@@ -216,14 +216,14 @@ class _PatchingLoader(importlib.abc.Loader):
         self._qualname = target_qualname
         self._spec_text = spec_text
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         # get_source, get_filename, get_resource_reader ... stay the original loader's.
         return getattr(self._inner, name)
 
-    def create_module(self, spec):
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
         return self._inner.create_module(spec)
 
-    def exec_module(self, module) -> None:
+    def exec_module(self, module: types.ModuleType) -> None:
         origin = getattr(module, "__file__", None) or module.__name__
         try:
             source = self._inner.get_source(module.__name__)  # type: ignore[attr-defined]
@@ -254,12 +254,14 @@ class _Finder(importlib.abc.MetaPathFinder):
         self.module = module
         self.qualname = qualname
 
-    def find_spec(self, fullname, path, target=None):
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: types.ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if fullname != self.module:
             return None
         for finder in [f for f in sys.meta_path if f is not self]:
             find = getattr(finder, "find_spec", None)
-            spec = find(fullname, path, target) if find else None
+            spec: importlib.machinery.ModuleSpec | None = find(fullname, path, target) if find else None
             if spec is None:
                 continue
             if spec.loader is None or not hasattr(spec.loader, "get_source"):
