@@ -5,25 +5,21 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
+from baseline_factories import WL, fingerprint
+
 from perfgate.baseline import Fingerprint, fingerprint_for
 from perfgate.profile import Workload
 
-WL = Workload(name="c1024-in256-out128", num_prompts=1024, concurrency=1024, input_len=256, output_len=128)
+# The founding deployment (8x RTX PRO 6000 at 600 W) over the factory's defaults.
+RTX_PRO = {
+    "gpu_model": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+    "power_limit_w": 600.0,
+    "server_args": ["--tp", "8", "--max-running-requests", "1024"],
+}
 
 
 def make(**overrides: object) -> Fingerprint:
-    facts: dict[str, object] = {
-        "gpu_model": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
-        "gpu_count": 8,
-        "power_limit_w": 600.0,
-        "driver_version": "580.105.08",
-        "engine": "sglang",
-        "model": "/models/GLM-5-NVFP4",
-        "server_args": ["--tp", "8", "--max-running-requests", "1024"],
-        "workload": WL,
-    }
-    facts.update(overrides)
-    return fingerprint_for(**facts)  # type: ignore[arg-type]
+    return fingerprint(**{**RTX_PRO, **overrides})
 
 
 def test_fields_are_normalized() -> None:

@@ -292,27 +292,15 @@ def _check_ban(torch: Any, model: Any, banned: Any, spec: TinyModelSpec) -> None
         )
 
 
-def build_tiny_model(
-    out_dir: Path,
-    *,
-    size: str = "tiny",
-    hidden_size: int | None = None,
-    num_layers: int | None = None,
-    num_heads: int | None = None,
-    intermediate_size: int | None = None,
-    seed: int = 0,
-    dtype: str | None = None,
-) -> Path:
+def build_tiny_model(out_dir: Path, *, size: str = "tiny", **params: Any) -> Path:
     """Build the model and tokenizer into ``out_dir`` (created; must be empty) and return it.
 
     ``size`` picks a preset ("tiny": hidden 128, 2 layers, float32; "gpu": hidden 2048,
-    16 layers, bfloat16); the other arguments override single fields of it. The same arguments
-    on the same Python and library versions give byte-identical files.
+    16 layers, bfloat16); ``params`` (the keyword arguments of :func:`resolve_spec`) override
+    single fields of it. The same arguments on the same Python and library versions give
+    byte-identical files.
     """
-    spec = resolve_spec(
-        size, hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads,
-        intermediate_size=intermediate_size, seed=seed, dtype=dtype,
-    )
+    spec = resolve_spec(size, **params)
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise PerfgateError(f"tiny model: output directory {out} exists and is not empty; pass a new or empty directory")
