@@ -197,8 +197,9 @@ class _Script:
     (number, "paced") for a run the client paced, (number, "failed") for one with failed
     requests, or an exception to raise."""
 
-    def __init__(self, tpot) -> None:
+    def __init__(self, tpot, teardown_notes: dict[str, list[str]] | None = None) -> None:
         self.tpot = tpot
+        self.teardown_notes = teardown_notes or {}
         self.boots: list[tuple[str, tuple[str, ...]]] = []
 
     def session(self, profile: Profile, options: object) -> object:
@@ -225,7 +226,7 @@ class _Script:
                 return result
 
             def close(self) -> list[str]:
-                return []
+                return list(script.teardown_notes.get(label, []))
 
             def summary(self, notes: tuple[str, ...]) -> RunSummary:
                 server = ServerSummary("simulator", "m", "http://127.0.0.1:1", "0.5.23", 0.5, {"versions": {"server": label}})
@@ -302,6 +303,18 @@ def test_report_shows_both_variants_the_rounds_of_a_failure_and_the_outcome(monk
     assert "FAIL         c64-in256-out128: mean_tpot_ms B/A 1.05" in text
     assert text.endswith("REGRESSION: B is worse than A")
     assert [w.name for w in summary.workloads] == ["c64-in256-out128"]
+
+
+def test_a_note_every_boot_of_a_variant_makes_is_shown_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    notes = {"B": ["--disable-cuda-graph is deprecated", "port reused"], "A": ["slow shutdown"]}
+    script = _Script(lambda label, w, i: 20.0, teardown_notes=notes)
+    summary = _run(monkeypatch, script, rounds=2, keyword="c64")
+    teardown = [line for line in report_lines(summary) if line.startswith("teardown")]
+    assert teardown == [
+        "teardown A: slow shutdown (2 boots)",
+        "teardown B: --disable-cuda-graph is deprecated (2 boots)",
+        "teardown B: port reused (2 boots)",
+    ]
 
 
 def test_env_rows_show_what_each_variant_sees(monkeypatch: pytest.MonkeyPatch) -> None:

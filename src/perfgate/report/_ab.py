@@ -7,6 +7,7 @@ every run in full (the gate's per-repeat form), so plots and later tools need no
 from __future__ import annotations
 
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -186,7 +187,9 @@ def _note_lines(summary: AbSummary) -> list[str]:
     shown = {f"{w.name}: {w.baseline_note}" for w in summary.workloads}
     lines += [f"problem: {p}" for p in summary.problems if p not in shown]
     for v in (a, b):
-        lines += [f"teardown {v.label}: {note}" for boot in v.boots for note in boot.teardown_notes]
+        # Each boot says the same about the same server: once, with how many boots said it.
+        said = Counter(note for boot in v.boots for note in boot.teardown_notes)
+        lines += [f"teardown {v.label}: {note}" + (f" ({n} boots)" if n > 1 else "") for note, n in said.items()]
     return lines
 
 
