@@ -1,18 +1,42 @@
-"""run_workload: one workload, in this process or sharded over several."""
+"""run_workload: one repeat of a workload, in this process or sharded over several, as one LoadRun."""
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
+import time
+from dataclasses import dataclass, field
 
 from perfgate.errors import LoadError
 from perfgate.load._backends import BACKENDS
-from perfgate.load._client import ClientLimits, LoadRun, Progress, run_single
+from perfgate.load._phase import Measurement, ProgressSink, measure, measured_jobs, warm_up
+from perfgate.load._plan import LoadPlan
+from perfgate.load._records import RequestRecord
+from perfgate.load._selfcheck import ClientLimits, ClientStats, merge_client_stats
 from perfgate.load._shard import run_sharded
+from perfgate.load._stream import Streamer
 from perfgate.profile import Workload
 
 _DEFAULT_LIMITS = ClientLimits()
+
+
+@dataclass(frozen=True)
+class LoadRun:
+    """Everything the client saw of one measured run of a workload (warmup excluded)."""
+
+    workload: str
+    backend: str
+    start_s: float
+    end_s: float
+    records: list[RequestRecord]
+    client: ClientStats
+    warmup_requests: int
+    flushed_cache: bool
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_s - self.start_s
 
 
 def run_workload(
@@ -23,7 +47,7 @@ def run_workload(
     api_key_env: str = "",
     admin_api_key_env: str = "",
     limits: ClientLimits = _DEFAULT_LIMITS,
-    on_progress: Callable[[Progress], None] | None = None,
+    on_progress: ProgressSink | None = None,
     repeat: int = 0,
     keep_alive: bool = True,
 ) -> LoadRun:
@@ -36,15 +60,19 @@ def run_workload(
     endpoint; the API key when no admin key is named). ``keep_alive`` = False gives every
     request a connection of its own.
     """
-    headers = _bearer(workload, api_key_env, "api_key_env")
-    flush_headers = _bearer(workload, admin_api_key_env, "admin_api_key_env") if admin_api_key_env else None
-    seed_offset = repeat * 7_777
-    if workload.client_processes > 1:
-        return run_sharded(base_url, workload, model, headers, limits, on_progress, seed_offset, keep_alive, flush_headers)
+    n = workload.client_processes
+    if n > workload.concurrency:
+        raise LoadError(
+            f"workload {workload.name}: client_processes = {n} cannot share concurrency = {workload.concurrency}; "
+            f"use at most {workload.concurrency} processes"
+        )
     backend = BACKENDS[workload.backend](model, workload.ignore_eos, workload.extra_body)
-    return asyncio.run(
-        run_single(base_url, workload, backend, headers, limits, on_progress, seed_offset, keep_alive, flush_headers)
+    flush_headers = _bearer(workload, admin_api_key_env, "admin_api_key_env") if admin_api_key_env else None
+    plan = LoadPlan(
+        base_url, workload, backend, _bearer(workload, api_key_env, "api_key_env"), limits, repeat * 7_777, keep_alive, flush_headers
     )
+    measured = run_sharded(plan, n, on_progress) if n > 1 else asyncio.run(_in_process(plan, on_progress))
+    return _load_run(plan, measured)
 
 
 def _bearer(workload: Workload, variable: str, setting: str) -> dict[str, str]:
@@ -54,3 +82,41 @@ def _bearer(workload: Workload, variable: str, setting: str) -> dict[str, str]:
     if not token:
         raise LoadError(f"workload {workload.name}: environment variable {variable} (server.{setting}) is not set; export the API token there")
     return {"Authorization": f"Bearer {token}"}
+
+
+async def _in_process(plan: LoadPlan, on_progress: ProgressSink | None) -> Measurement:
+    jobs = measured_jobs(plan)
+    async with Streamer(plan) as streamer:
+        notes = await warm_up(streamer, on_progress)
+        start = time.monotonic()
+        part = await measure(streamer, jobs, plan.workload.concurrency, start, on_progress)
+    return Measurement(notes, start, [part])
+
+
+def _load_run(plan: LoadPlan, measured: Measurement) -> LoadRun:
+    parts = measured.parts
+    end = max(p.end_s for p in parts)
+    notes = list(measured.notes)
+    if len(parts) == 1:
+        records, client = parts[0].records, parts[0].client
+    else:
+        records = sorted((r for p in parts for r in p.records), key=lambda r: r.index)
+        client = merge_client_stats([p.client for p in parts], end - measured.start_s)
+        notes.append(f"client sharded over {len(parts)} processes")
+    retried = sum(p.retried for p in parts)
+    if retried:
+        notes.append(
+            f"{retried} request(s) were sent again on a fresh connection: a reused keep-alive connection failed "
+            "before any answer (the server closes idle connections); [server] keep_alive = false avoids reuse"
+        )
+    return LoadRun(
+        workload=plan.workload.name,
+        backend=plan.backend.name,
+        start_s=measured.start_s,
+        end_s=end,
+        records=records,
+        client=client,
+        warmup_requests=plan.workload.warmup_requests,
+        flushed_cache=plan.workload.flush_cache,
+        notes=notes,
+    )

@@ -1,4 +1,4 @@
-"""A workload sharded over several client processes, for rates one process cannot sustain.
+"""A repeat sharded over several client processes, for rates one process cannot sustain.
 
 The parent process runs the warmup and the cache flush, then releases every worker at one
 shared start time. Worker ``k`` of ``n`` sends requests ``k, k + n, ...`` of the one arrival
@@ -14,24 +14,12 @@ import multiprocessing
 import queue as queue_mod
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from perfgate.errors import LoadError
-from perfgate.load._backends import BACKENDS
-from perfgate.load._client import (
-    ClientLimits,
-    LoadRun,
-    Measured,
-    Progress,
-    Runner,
-    measure,
-    measured_jobs,
-    merge_client_stats,
-    new_session,
-    prepare,
-    retry_note,
-)
+from perfgate.load._phase import Measurement, Part, Progress, ProgressSink, measure, measured_jobs, warm_up
+from perfgate.load._plan import LoadPlan
+from perfgate.load._stream import Streamer
 from perfgate.profile import Workload
 
 # Spawned interpreters import aiohttp and build their prompts before they report ready.
@@ -46,110 +34,54 @@ def worker_concurrency(concurrency: int, workers: int, k: int) -> int:
     return concurrency // workers + (1 if k < concurrency % workers else 0)
 
 
-def _worker(
-    k: int,
-    n: int,
-    base_url: str,
-    workload: Workload,
-    model: str,
-    headers: dict[str, str],
-    limits: ClientLimits,
-    seed_offset: int,
-    keep_alive: bool,
-    out: Any,
-    go: Any,
-    start: Any,
-) -> None:
+def _worker(k: int, n: int, plan: LoadPlan, out: Any, go: Any, start: Any) -> None:
     try:
-        jobs = measured_jobs(workload, seed_offset)[k::n]
-        mine = replace(workload, concurrency=worker_concurrency(workload.concurrency, n, k))
-        backend = BACKENDS[workload.backend](model, workload.ignore_eos, workload.extra_body)
-        runner = Runner(base_url, mine, backend, headers, lambda p: out.put(("progress", k, p)))
+        jobs = measured_jobs(plan)[k::n]
+        concurrency = worker_concurrency(plan.workload.concurrency, n, k)
         out.put(("ready", k, None))
         go.wait()
 
-        async def run() -> tuple[Measured, int]:
-            try:
-                async with new_session(keep_alive) as session:
-                    return await measure(runner, session, jobs, limits, start.value), runner.retried
-            finally:
-                await runner.aclose()
+        async def run() -> Part:
+            async with Streamer(plan) as streamer:
+                return await measure(streamer, jobs, concurrency, start.value, lambda p: out.put(("progress", k, p)))
 
         out.put(("done", k, asyncio.run(run())))
     except BaseException as e:  # noqa: BLE001 - every failure must reach the parent as a message
         out.put(("error", k, f"{type(e).__name__}: {e}"))
 
 
-def run_sharded(
-    base_url: str,
-    workload: Workload,
-    model: str,
-    headers: dict[str, str],
-    limits: ClientLimits,
-    on_progress: Callable[[Progress], None] | None,
-    seed_offset: int,
-    keep_alive: bool = True,
-    flush_headers: dict[str, str] | None = None,
-) -> LoadRun:
-    """Run ``workload`` over ``workload.client_processes`` spawned processes and merge what they saw."""
-    n = workload.client_processes
-    if n > workload.concurrency:
-        raise LoadError(
-            f"workload {workload.name}: client_processes = {n} cannot share concurrency = {workload.concurrency}; "
-            f"use at most {workload.concurrency} processes"
-        )
+async def _warm_up(plan: LoadPlan, on_progress: ProgressSink | None) -> list[str]:
+    async with Streamer(plan) as streamer:
+        return await warm_up(streamer, on_progress)
+
+
+def run_sharded(plan: LoadPlan, n: int, on_progress: ProgressSink | None) -> Measurement:
+    """Warm up here, then run the measured phase over ``n`` spawned processes."""
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
     go = ctx.Event()
     start = ctx.Value("d", 0.0)
     procs = [
-        ctx.Process(
-            target=_worker,
-            args=(k, n, base_url, workload, model, headers, limits, seed_offset, keep_alive, out, go, start),
-            name=f"perfgate-load-{k + 1}-of-{n}",
-            daemon=True,
-        )
+        ctx.Process(target=_worker, args=(k, n, plan, out, go, start), name=f"perfgate-load-{k + 1}-of-{n}", daemon=True)
         for k in range(n)
     ]
+    workload = plan.workload
     try:
         for p in procs:
             p.start()
-        backend = BACKENDS[workload.backend](model, workload.ignore_eos, workload.extra_body)
-
-        async def warm() -> list[str]:
-            runner = Runner(base_url, workload, backend, headers, on_progress)
-            try:
-                async with new_session(keep_alive) as session:
-                    return await prepare(runner, session, seed_offset, flush_headers)
-            finally:
-                await runner.aclose()
-
-        notes = asyncio.run(warm())
+        notes = asyncio.run(_warm_up(plan, on_progress))
         waiting = _Collector(workload, procs, out)
         waiting.collect("ready", time.monotonic() + _READY_TIMEOUT_S, None)
         start.value = t0 = time.monotonic() + _START_MARGIN_S
         go.set()
-        done: dict[int, tuple[Measured, int]] = waiting.collect("done", None, lambda progress: _report(on_progress, workload, progress, t0))
+        done: dict[int, Part] = waiting.collect("done", None, lambda progress: _report(on_progress, workload, progress, t0))
     finally:
         for p in procs:
             if p.is_alive():
                 p.terminate()
         for p in procs:
             p.join(5.0)
-    parts = {k: m for k, (m, _) in done.items()}
-    records = sorted((r for m in parts.values() for r in m.records), key=lambda r: r.index)
-    end = max(m.end_s for m in parts.values())
-    return LoadRun(
-        workload=workload.name,
-        backend=backend.name,
-        start_s=t0,
-        end_s=end,
-        records=records,
-        client=merge_client_stats([parts[k].client for k in range(n)], end - t0),
-        warmup_requests=workload.warmup_requests,
-        flushed_cache=workload.flush_cache,
-        notes=[*notes, f"client sharded over {n} processes", *retry_note(sum(r for _, r in done.values()))],
-    )
+    return Measurement(notes, t0, [done[k] for k in range(n)])
 
 
 class _Collector:
@@ -203,9 +135,7 @@ class _Collector:
             )
 
 
-def _report(
-    on_progress: Callable[[Progress], None] | None, workload: Workload, parts: dict[int, Progress], t0: float
-) -> None:
+def _report(on_progress: ProgressSink | None, workload: Workload, parts: dict[int, Progress], t0: float) -> None:
     if on_progress is None:
         return
     ps = parts.values()

@@ -1,0 +1,166 @@
+"""The phases of a repeat: warmup (and the optional cache flush), then the measured phase with
+the client's self-measurement. Each runs a list of jobs under the workload's concurrency and
+arrival schedule on one event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from perfgate.errors import LoadError
+from perfgate.load._dataset import RequestSpec, arrival_offsets_s, make_requests
+from perfgate.load._plan import LoadPlan
+from perfgate.load._records import RequestRecord
+from perfgate.load._selfcheck import ClientStats, LagMonitor, client_stats
+from perfgate.load._stream import Streamer
+
+# Warmup requests are capped like bench_serving's: enough to exercise every path, cheap to run.
+_WARMUP_OUTPUT_CAP = 32
+_PROGRESS_EVERY_S = 0.5
+
+Job = tuple[int, RequestSpec, float]
+"""A request to send: its record index, the request, its send time in seconds after the phase start."""
+
+
+@dataclass(frozen=True)
+class Progress:
+    done: int
+    total: int
+    in_flight: int
+    errors: int
+    output_tokens: int
+    elapsed_s: float
+    warmup: bool
+
+
+ProgressSink = Callable[[Progress], None]
+
+
+@dataclass(frozen=True)
+class Part:
+    """What one client process measured: its records, when its last request ended, its own cost,
+    and how many requests it sent again on a fresh connection."""
+
+    records: list[RequestRecord]
+    end_s: float
+    client: ClientStats
+    retried: int
+
+
+def measured_jobs(plan: LoadPlan) -> list[Job]:
+    """The measured phase's requests with their record indices and send offsets (shared by every shard)."""
+    specs = make_requests(plan.workload, plan.workload.num_prompts, seed_offset=plan.seed_offset)
+    return list(zip(range(len(specs)), specs, arrival_offsets_s(plan.workload, len(specs))))
+
+
+async def run_phase(
+    streamer: Streamer,
+    jobs: list[Job],
+    concurrency: int,
+    *,
+    cap: int | None,
+    warmup: bool,
+    on_progress: ProgressSink | None,
+    start_s: float | None = None,
+) -> list[RequestRecord]:
+    """Run ``jobs`` (record index, request, send offset from ``start_s``, default now) with at most
+    ``concurrency`` in flight; ``cap`` limits output lengths (warmup)."""
+    sem = asyncio.Semaphore(concurrency)
+    tasks: list[asyncio.Task[RequestRecord]] = []
+    t0 = time.monotonic() if start_s is None else start_s
+    counters = streamer.counters
+    counters.done = counters.errors = counters.output_tokens = 0
+
+    def snapshot() -> Progress:
+        c = counters
+        return Progress(c.done, len(jobs), c.in_flight, c.errors, c.output_tokens, time.monotonic() - t0, warmup)
+
+    async def report() -> None:
+        while on_progress is not None:
+            await asyncio.sleep(_PROGRESS_EVERY_S)
+            on_progress(snapshot())
+
+    async def limited(i: int, spec: RequestSpec) -> RequestRecord:
+        try:
+            return await streamer.one(i, spec, min(spec.output_len, cap) if cap else spec.output_len)
+        finally:
+            sem.release()
+
+    ticker = asyncio.get_running_loop().create_task(report())
+    try:
+        for i, spec, at in jobs:
+            delay = t0 + at - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await sem.acquire()
+            tasks.append(asyncio.create_task(limited(i, spec)))
+        return list(await asyncio.gather(*tasks))
+    finally:
+        ticker.cancel()
+        for t in tasks:
+            t.cancel()
+        if on_progress:
+            on_progress(snapshot())
+
+
+async def warm_up(streamer: Streamer, on_progress: ProgressSink | None) -> list[str]:
+    """Warmup, then the optional cache flush and settle; returns notes for the run.
+
+    Warmup failures follow the measured phase's rule: more than ``max_error_rate`` of them
+    is a LoadError (the server is not serving this workload), fewer are a note.
+    """
+    plan = streamer.plan
+    workload = plan.workload
+    notes: list[str] = []
+    if workload.warmup_requests:
+        warm = make_requests(workload, workload.warmup_requests, seed_offset=plan.seed_offset + 1_000_000)
+        jobs = [(i, s, 0.0) for i, s in enumerate(warm)]
+        records = await run_phase(
+            streamer, jobs, workload.concurrency, cap=_WARMUP_OUTPUT_CAP, warmup=True, on_progress=on_progress
+        )
+        failed = [r for r in records if r.error]
+        if failed:
+            what = f"{len(failed)} of {len(records)} warmup requests to {plan.url} failed; first: {failed[0].error}"
+            if len(failed) / len(records) > workload.max_error_rate:
+                allowed = f" (allowed error rate {workload.max_error_rate:.1%})" if workload.max_error_rate else ""
+                raise LoadError(f"workload {workload.name}: {what}{allowed}")
+            notes.append(f"{what} (within the allowed error rate {workload.max_error_rate:.1%})")
+    if workload.flush_cache:
+        await streamer.flush_cache()
+        # bench_serving sleeps after a flush so the server is idle when timing starts.
+        await asyncio.sleep(1.0)
+    streamer.counters.retried = 0
+    return notes
+
+
+async def measure(
+    streamer: Streamer,
+    jobs: list[Job],
+    concurrency: int,
+    start_s: float,
+    on_progress: ProgressSink | None,
+) -> Part:
+    """Run the measured phase from ``start_s``, watching this process's CPU and event-loop lag."""
+    lag = LagMonitor()
+    lag.start()
+    streamer.counters.chunks = 0
+    cpu0, t0 = time.process_time(), time.monotonic()
+    records = await run_phase(
+        streamer, jobs, concurrency, cap=None, warmup=False, on_progress=on_progress, start_s=start_s
+    )
+    t1, cpu1 = time.monotonic(), time.process_time()
+    await lag.stop()
+    c = streamer.counters
+    return Part(records, t1, client_stats(cpu1 - cpu0, t1 - t0, c.chunks, lag.lags_s, streamer.plan.limits), c.retried)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """A repeat as its client processes saw it: the warmup's notes, the measured phase's start
+    (time.monotonic(), one clock for every process on Linux) and one Part per process."""
+
+    notes: list[str]
+    start_s: float
+    parts: list[Part]
