@@ -111,3 +111,21 @@ def test_saturated_and_starved_get_their_own_advice(cpu_s: float, lags_s: list[f
         assert "quieter host" in stats.advice and "client_processes" not in stats.advice
     merged = merge_client_stats([stats, client_stats(0.05, 1.0, 100, [0.001] * 100, ClientLimits())], 1.0)
     assert merged.limit == limit
+
+
+@pytest.mark.parametrize("quirk", ["--split-writes", "--crlf", "--close-delimited"])
+def test_streams_split_across_reads_crlf_or_ended_by_close_are_read_whole(quirky, quirk: str) -> None:
+    server = quirky(quirk, "--tokens-per-chunk", "2")
+    run = run_workload(server.base_url, replace(W, concurrency=4, output_len=9))
+    assert all(r.ok for r in run.records), [r.error for r in run.records if r.error][:3]
+    # Chunks of 2, 2, 2, 2 and 1 tokens, each counted in the chunk it came in.
+    assert all(list(r.chunk_tokens) == [2, 2, 2, 2, 1] and r.output_tokens == 9 for r in run.records)
+    assert all(len(r.chunk_offsets_s) == 5 for r in run.records)
+
+
+def test_an_encoded_stream_is_a_failed_request_that_says_so(quirky) -> None:
+    server = quirky("--gzip-header")
+    run = run_workload(server.base_url, replace(W, warmup_requests=0, num_prompts=3))
+    assert [r.error for r in run.records] == [
+        "invalid response: the stream is encoded (Content-Encoding: gzip) although the client asked for identity"
+    ] * 3

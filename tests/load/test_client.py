@@ -132,3 +132,26 @@ def test_prompts_are_seeded_exact_and_in_range():
     assert [r.input_ids for r in make_requests(w, 10, seed_offset=1)] != [r.input_ids for r in a]
     varied = make_requests(replace(w, range_ratio=0.5), 200)
     assert {r.input_len for r in varied} <= set(range(8, 17)) and len({r.input_len for r in varied}) > 3
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_the_client_runs_on_either_event_loop_and_says_which(sim, monkeypatch, loop):
+    pytest.importorskip("uvloop")
+    monkeypatch.setenv("PERFGATE_EVENT_LOOP", loop)
+    run = run_workload(sim.base_url, W, model=sim.model)
+    assert all(r.ok and r.output_tokens == W.output_len for r in run.records), [r.error for r in run.records][:3]
+    assert run.client.event_loop.split()[0] == loop
+    assert run.client.chunks == W.num_prompts * W.output_len
+
+
+def test_a_server_that_refuses_connections_fails_every_request_with_the_address():
+    run = run_workload("http://127.0.0.1:9", replace(W, warmup_requests=0, num_prompts=3))
+    assert all(r.error.startswith("connection error: cannot connect to 127.0.0.1:9: ConnectionRefusedError") for r in run.records), [
+        r.error for r in run.records
+    ]
+
+
+def test_an_unknown_event_loop_is_refused_with_the_choices(monkeypatch):
+    monkeypatch.setenv("PERFGATE_EVENT_LOOP", "uvlop")
+    with pytest.raises(LoadError, match=r"PERFGATE_EVENT_LOOP='uvlop': expected uvloop, asyncio or unset"):
+        run_workload("http://127.0.0.1:9", W)

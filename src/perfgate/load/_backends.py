@@ -74,6 +74,7 @@ def _error_text(obj: Any) -> str:
     return str(obj)[:200]
 
 
+_META_KEY = b'"meta_info"'
 _CT_KEY = b'"completion_tokens"'
 _FR_KEY = b'"finish_reason"'
 
@@ -84,19 +85,27 @@ def _running_completion_tokens(payload: bytes) -> int | None:
 
     /generate chunks repeat the whole text and output_ids so far, so a JSON parse per chunk
     costs O(length) and would dominate the client's CPU. Inside a JSON string every ``"`` is
-    escaped, so a quoted name followed by ``:`` is always an object key, and a quoted name
-    anywhere is a key or a whole string value. The fast path is taken only for a chunk closed
-    by ``}`` in which ``"completion_tokens"`` appears once, as a key holding a whole
-    non-negative integer, ``"finish_reason"`` appears once, as a key holding null (so the
-    final chunk, whose reason is kept, is parsed), and no ``"error"`` string appears. Every
-    other chunk, including other whitespace styles, goes through json.loads. The rest of the
-    chunk is not validated.
+    escaped, so a quoted name followed by ``:`` is always an object key. The fast path is taken
+    only when the chunk ends with its ``meta_info`` object (SGLang's layout) and that object
+    is flat (no ``}`` inside it, so its keys are its own; with duplicate keys the last one
+    counts, as in json.loads), holds ``"finish_reason"`` as null (so the final chunk, whose
+    reason is kept, is parsed) and ``"completion_tokens"`` as a whole non-negative integer,
+    and no ``"error"`` string comes before it. Every other chunk, including other whitespace
+    styles, goes through json.loads. The rest of the chunk is not validated. One scan covers
+    the text and output_ids (for ``"error"``); the rest reads the short tail.
     """
-    if not payload.endswith(b"}") or b'"error"' in payload:
+    last = len(payload) - 1
+    if last < 1 or payload[last] != 0x7D:  # '}'
         return None
-    fr = payload.rfind(_FR_KEY)
-    ct = payload.rfind(_CT_KEY)
-    if fr < 0 or ct < 0 or payload.find(_FR_KEY) != fr or payload.find(_CT_KEY) != ct:
+    meta = payload.rfind(_META_KEY)
+    if meta < 0 or payload.find(b"}", meta) != last - 1:
+        return None
+    body = meta + len(_META_KEY)
+    if not (payload.startswith(b":{", body) or payload.startswith(b": {", body)):
+        return None
+    fr = payload.rfind(_FR_KEY, body)
+    ct = payload.rfind(_CT_KEY, body)
+    if fr < 0 or ct < 0:
         return None
     fr += len(_FR_KEY)
     if not (payload.startswith(b":null", fr) or payload.startswith(b": null", fr)):
@@ -104,9 +113,11 @@ def _running_completion_tokens(payload: bytes) -> int | None:
     ct += len(_CT_KEY)
     if payload[ct] != 0x3A:  # ':'
         return None
-    comma, brace = payload.find(b",", ct), payload.find(b"}", ct)
-    number = payload[ct + 1 : comma if 0 <= comma < brace else brace].strip()
-    return int(number) if number.isdigit() else None
+    comma = payload.find(b",", ct, last)
+    number = payload[ct + 1 : comma if comma >= 0 else last - 1].strip()
+    if not number.isdigit() or payload.find(b'"error"', 0, meta) >= 0:
+        return None
+    return int(number)
 
 
 class SGLangBackend(Backend):
@@ -128,10 +139,12 @@ class SGLangBackend(Backend):
         ct = _running_completion_tokens(payload)
         if ct is None:
             return self.feed_parsed(json.loads(payload), state)
-        new = max(ct - (state.server_tokens or 0), 0)
+        new = ct - (state.server_tokens or 0)
         state.server_tokens = ct
-        state.tokens += new
-        return new
+        if new > 0:
+            state.tokens += new
+            return new
+        return 0
 
     @staticmethod
     def feed_parsed(obj: Any, state: StreamState) -> int:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from perfgate.errors import LoadError
 from perfgate.load._dataset import RequestSpec, arrival_offsets_s, make_requests
+from perfgate.load._loop import loop_name
 from perfgate.load._plan import LoadPlan
 from perfgate.load._records import RequestRecord
 from perfgate.load._selfcheck import ClientStats, LagMonitor, client_stats
@@ -153,7 +154,8 @@ async def measure(
     t1, cpu1 = time.monotonic(), time.process_time()
     await lag.stop()
     c = streamer.counters
-    return Part(records, t1, client_stats(cpu1 - cpu0, t1 - t0, c.chunks, lag.lags_s, streamer.plan.limits), c.retried)
+    stats = client_stats(cpu1 - cpu0, t1 - t0, c.chunks, lag.lags_s, streamer.plan.limits, loop_name())
+    return Part(records, t1, stats, c.retried)
 
 
 @dataclass(frozen=True)

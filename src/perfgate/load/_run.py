@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 from dataclasses import dataclass, field
 
 from perfgate.errors import LoadError
 from perfgate.load._backends import BACKENDS
+from perfgate.load._loop import run as run_loop
 from perfgate.load._phase import Measurement, ProgressSink, measure, measured_jobs, warm_up
 from perfgate.load._plan import LoadPlan
 from perfgate.load._records import RequestRecord
@@ -71,7 +71,7 @@ def run_workload(
     plan = LoadPlan(
         base_url, workload, backend, _bearer(workload, api_key_env, "api_key_env"), limits, repeat * 7_777, keep_alive, flush_headers
     )
-    measured = run_sharded(plan, n, on_progress) if n > 1 else asyncio.run(_in_process(plan, on_progress))
+    measured = run_sharded(plan, n, on_progress) if n > 1 else run_loop(_in_process(plan, on_progress))
     return _load_run(plan, measured)
 
 

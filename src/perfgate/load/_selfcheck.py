@@ -56,6 +56,8 @@ class ClientStats:
     loop_lag_max_ms: float
     limit: ClientLimit = ""
     reason: str = ""
+    # "uvloop 0.23.0" or "asyncio": what ran the client's event loop.
+    event_loop: str = ""
 
     @property
     def valid(self) -> bool:
@@ -93,7 +95,9 @@ class LagMonitor:
                 pass
 
 
-def client_stats(cpu_s: float, wall_s: float, chunks: int, lags_s: list[float], limits: ClientLimits) -> ClientStats:
+def client_stats(
+    cpu_s: float, wall_s: float, chunks: int, lags_s: list[float], limits: ClientLimits, event_loop: str = ""
+) -> ClientStats:
     """One process's cost over a measured phase, judged against ``limits``."""
     lags_ms = sorted(x * 1000.0 for x in lags_s)
     p99 = percentile(lags_ms, 99) if lags_ms else 0.0
@@ -121,6 +125,7 @@ def client_stats(cpu_s: float, wall_s: float, chunks: int, lags_s: list[float], 
         loop_lag_max_ms=lags_ms[-1] if lags_ms else 0.0,
         limit=limit,
         reason="; ".join(reasons),
+        event_loop=event_loop,
     )
 
 
@@ -143,4 +148,5 @@ def merge_client_stats(parts: list[ClientStats], wall_s: float) -> ClientStats:
         loop_lag_max_ms=max((p.loop_lag_max_ms for p in parts), default=0.0),
         limit=limit,
         reason="; ".join(reasons),
+        event_loop=parts[0].event_loop if parts else "",
     )

@@ -9,7 +9,6 @@ process on Linux, so the merged records need no adjustment.
 
 from __future__ import annotations
 
-import asyncio
 import multiprocessing
 import queue as queue_mod
 import time
@@ -17,12 +16,13 @@ from collections.abc import Callable
 from typing import Any
 
 from perfgate.errors import LoadError
+from perfgate.load._loop import run as run_loop
 from perfgate.load._phase import Measurement, Part, Progress, ProgressSink, measure, measured_jobs, warm_up
 from perfgate.load._plan import LoadPlan
 from perfgate.load._stream import Streamer
 from perfgate.profile import Workload
 
-# Spawned interpreters import aiohttp and build their prompts before they report ready.
+# Spawned interpreters import perfgate and build their prompts before they report ready.
 _READY_TIMEOUT_S = 300.0
 # Workers start this long after the release, so that all of them are waiting when it comes.
 _START_MARGIN_S = 0.05
@@ -45,7 +45,7 @@ def _worker(k: int, n: int, plan: LoadPlan, out: Any, go: Any, start: Any) -> No
             async with Streamer(plan) as streamer:
                 return await measure(streamer, jobs, concurrency, start.value, lambda p: out.put(("progress", k, p)))
 
-        out.put(("done", k, asyncio.run(run())))
+        out.put(("done", k, run_loop(run())))
     except BaseException as e:  # noqa: BLE001 - every failure must reach the parent as a message
         out.put(("error", k, f"{type(e).__name__}: {e}"))
 
@@ -69,7 +69,7 @@ def run_sharded(plan: LoadPlan, n: int, on_progress: ProgressSink | None) -> Mea
     try:
         for p in procs:
             p.start()
-        notes = asyncio.run(_warm_up(plan, on_progress))
+        notes = run_loop(_warm_up(plan, on_progress))
         waiting = _Collector(workload, procs, out)
         waiting.collect("ready", time.monotonic() + _READY_TIMEOUT_S, None)
         start.value = t0 = time.monotonic() + _START_MARGIN_S

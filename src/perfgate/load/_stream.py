@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
 from dataclasses import dataclass
 from types import TracebackType
 
-import aiohttp
-
 from perfgate.errors import LoadError
 from perfgate.load._backends import StreamState
 from perfgate.load._dataset import RequestSpec
+from perfgate.load._http import HTTPFailure, Pool, Response, Sink
 from perfgate.load._plan import LoadPlan
 from perfgate.load._records import RequestRecord
+
+# /flush_cache waits for the server's queue to drain (SGLang: up to ?timeout=60).
+_FLUSH_STALL_S = 120.0
 
 
 @dataclass
@@ -30,103 +34,110 @@ class Counters:
 class EventReader:
     """Splits a stream's bytes into SSE ``data:`` events and folds each into the record.
 
-    Whatever bytes have arrived are split here, not line by line by the HTTP library: its
-    per-line reader costs more CPU than the parsing. A chunk's time is when the read that
-    completed it returned, so chunks that arrived together share one timestamp.
+    Called with whatever bytes one socket read brought: a chunk's time is that read's, so
+    chunks that arrived together share one timestamp. Servers send one event per HTTP chunk,
+    so that case is recognised with a few C-level checks; anything else is split line by line.
     """
 
-    __slots__ = ("_rec", "_state", "_feed", "_tail")
+    __slots__ = ("_rec", "_state", "_feed", "_tail", "finished")
 
     def __init__(self, plan: LoadPlan, rec: RequestRecord, state: StreamState) -> None:
         self._rec = rec
         self._state = state
         self._feed = plan.backend.feed
         self._tail = b""
+        self.finished = False
 
-    def data(self, data: bytes, now: float) -> bool:
-        """Fold ``data``, read ``now`` seconds after the request's start; True once the stream is
-        over ([DONE] or an error chunk)."""
-        lines = (self._tail + data if self._tail else data).split(b"\n")
-        self._tail = lines.pop()
+    def data(self, data: bytes, now_s: float) -> bool:
+        """Fold ``data``, read at time.monotonic() ``now_s``; True once the stream is over
+        ([DONE] or an error chunk)."""
+        if not self._tail and data.startswith(b"data: ") and data.find(b"\n", 6) == len(data) - 2 and data.endswith(b"\n\n"):
+            payloads: list[bytes] | tuple[bytes] = (data[6:-2],)
+        else:
+            payloads = self._split(data)
+        rec = self._rec
         state = self._state
-        for line in lines:
-            if not line.startswith(b"data:"):
-                continue
-            payload = line[5:].strip()
+        offset_s = now_s - rec.start_s
+        for payload in payloads:
             if payload == b"[DONE]":
                 state.done = True
-                self._rec.latency_s = now
-                return True
+                return self._over(offset_s)
             n = self._feed(payload, state)
             if state.error:
-                self._rec.latency_s = now
-                return True
+                return self._over(offset_s)
             if n:
-                self._rec.add_chunk(now, n)
+                rec.add_chunk(offset_s, n)
         return False
 
-    def end(self, now: float) -> None:
-        """The body ended ``now``: a last event without its newline still counts."""
-        tail = self._tail
-        state = self._state
-        if tail.startswith(b"data:"):
-            payload = tail[5:].strip()
-            if payload == b"[DONE]":
-                state.done = True
-            else:
-                n = self._feed(payload, state)
-                if n and not state.error:
-                    self._rec.add_chunk(now, n)
-        self._rec.latency_s = now
+    def _split(self, data: bytes) -> list[bytes]:
+        """The payloads of the complete ``data:`` lines; a partial last line waits for the next read."""
+        lines = (self._tail + data).split(b"\n")
+        self._tail = lines.pop()
+        return [_payload(line) for line in lines if line.startswith(b"data:")]
+
+    def _over(self, offset_s: float) -> bool:
+        self._rec.latency_s = offset_s
+        self.finished = True
+        return True
+
+    def end(self, now_s: float) -> None:
+        """The body ended at ``now_s``: a last event without its newline still counts."""
+        if self._tail:
+            self.data(b"\n", now_s)
+        if not self.finished:
+            self._over(now_s - self._rec.start_s)
 
 
-def new_session(keep_alive: bool = True) -> aiohttp.ClientSession:
-    """The client's HTTP session: unlimited connections; without ``keep_alive`` each request gets
-    a connection of its own (for servers that close connections without saying so)."""
-    connector = aiohttp.TCPConnector(limit=0, force_close=not keep_alive)
-    return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
+def _payload(line: bytes) -> bytes:
+    """The value of a ``data:`` line: one leading space and a trailing CR are not part of it
+    (SSE); any other whitespace is JSON's."""
+    value = line[5:]
+    if value.startswith(b" "):
+        value = value[1:]
+    return value[:-1] if value.endswith(b"\r") else value
 
 
 class Streamer:
-    """Sends requests and reads their streams over one HTTP session; counts what it has seen.
+    """Sends requests and reads their streams over one connection pool; counts what it has seen.
 
-    ``async with Streamer(plan) as streamer`` opens the session and closes every connection.
+    ``async with Streamer(plan) as streamer`` opens the pool and closes every connection.
     """
 
     def __init__(self, plan: LoadPlan) -> None:
         self.plan = plan
         self.counters = Counters()
-        self._session: aiohttp.ClientSession | None = None
-        self._fresh: aiohttp.ClientSession | None = None
+        self._pool: Pool | None = None
 
     async def __aenter__(self) -> Streamer:
-        self._session = new_session(self.plan.keep_alive)
+        self._pool = Pool(self.plan.base_url, self.plan.headers, keep_alive=self.plan.keep_alive)
         return self
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        for session in (self._session, self._fresh):
-            if session is not None:
-                await session.close()
-        self._session = self._fresh = None
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+            # Let the closed connections' callbacks run before the loop goes away.
+            await asyncio.sleep(0)
 
     @property
-    def session(self) -> aiohttp.ClientSession:
-        assert self._session is not None, "use the Streamer as an async context manager"
-        return self._session
+    def pool(self) -> Pool:
+        assert self._pool is not None, "use the Streamer as an async context manager"
+        return self._pool
 
     async def flush_cache(self) -> None:
         """POST /flush_cache (SGLang): the next requests find no cached prefix."""
         url = self.plan.base_url.rstrip("/") + "/flush_cache?timeout=60"
-        plan = self.plan
-        headers = plan.headers if plan.flush_headers is None else plan.flush_headers
-        async with self.session.post(url, headers=dict(headers)) as resp:
-            if resp.status != 200:
-                raise LoadError(
-                    f"POST {url} answered HTTP {resp.status}: {(await resp.text())[:200]}; "
-                    "set flush_cache = false for servers without /flush_cache"
-                )
+        fix = "set flush_cache = false for servers without /flush_cache"
+        try:
+            resp = await self.pool.request(
+                "POST", "/flush_cache?timeout=60", b"", sink=None, stall_s=_FLUSH_STALL_S, headers=self.plan.flush_headers
+            )
+        except HTTPFailure as e:
+            raise LoadError(f"POST {url} failed: {e}; {fix}") from None
+        if resp.status != 200:
+            raise LoadError(f"POST {url} answered HTTP {resp.status}: {resp.body[:200].decode(errors='replace')}; {fix}")
 
     async def one(self, index: int, spec: RequestSpec, max_tokens: int) -> RequestRecord:
         """Send ``spec`` asking for ``max_tokens`` tokens and read its stream to the end."""
@@ -134,25 +145,19 @@ class Streamer:
         counters = self.counters
         rec = RequestRecord(index=index, input_tokens=spec.input_len, requested_output_tokens=max_tokens)
         state = StreamState()
-        body = plan.backend.body(spec, max_tokens)
+        body = json.dumps(plan.backend.body(spec, max_tokens)).encode()
+        events = EventReader(plan, rec, state)
         counters.in_flight += 1
         rec.start_s = time.monotonic()
         try:
-            resp = await self._send(body, rec)
-            async with resp:
-                if resp.status != 200:
-                    text = (await resp.text())[:300].strip()
-                    state.error = f"HTTP {resp.status} from {plan.backend.path}: {text}"
-                else:
-                    await self._read(resp.content, rec, state)
-        except TimeoutError:
-            state.error = f"stream stalled: no data for {plan.workload.stall_timeout_s:g} s"
-        except aiohttp.ClientPayloadError as e:
-            state.error = f"truncated stream: connection broke ({type(e).__name__}: {e}) after {state.tokens} tokens"
-        except aiohttp.ClientError as e:
-            state.error = f"connection error: {type(e).__name__}: {e} (after {state.tokens} tokens)"
-        except ValueError as e:
-            state.error = f"unparseable stream chunk: {e}"
+            resp = await self._send(body, rec, events.data)
+            if resp.status != 200:
+                text = resp.body[:300].decode(errors="replace").strip()
+                state.error = f"HTTP {resp.status} from {plan.backend.path}: {text}"
+            elif not events.finished:
+                events.end(resp.end_s)
+        except HTTPFailure as e:
+            state.error = self._reason(e, state)
         finally:
             counters.in_flight -= 1
         if rec.latency_s is None:
@@ -173,38 +178,37 @@ class Streamer:
             counters.output_tokens += state.server_tokens if state.server_tokens is not None else state.tokens
         return rec
 
-    async def _send(self, body: dict[str, object], rec: RequestRecord) -> aiohttp.ClientResponse:
-        """POST ``body``; returns once the response headers arrived.
+    async def _send(self, body: bytes, rec: RequestRecord, sink: Sink) -> Response:
+        """POST ``body``; returns once the stream is over.
 
         A pooled keep-alive connection that the server had already closed fails before any
-        answer ("Can not write request body", "Server disconnected"): the server never saw
-        the request, so it is sent once more on a connection of its own, and the record says
-        so. A refused or failing connect is not retried: that server is down.
+        answer: the server never saw the request, so it is sent once more on a connection of
+        its own, and the record says so. A refused or failing connect is not retried: that
+        server is down.
         """
-        plan = self.plan
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=plan.workload.stall_timeout_s)
-        headers = dict(plan.headers)
+        path = self.plan.backend.path
+        stall_s = self.plan.workload.stall_timeout_s
         try:
-            return await self.session.post(plan.url, json=body, headers=headers, timeout=timeout)
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
-            if isinstance(e, aiohttp.ClientConnectorError):
+            return await self.pool.request("POST", path, body, sink=sink, stall_s=stall_s)
+        except HTTPFailure as e:
+            if e.kind != "stale":
                 raise
-        if self._fresh is None:
-            self._fresh = new_session(keep_alive=False)
         rec.retried = True
         self.counters.retried += 1
         rec.start_s = time.monotonic()
-        return await self._fresh.post(plan.url, json=body, headers=headers, timeout=timeout)
+        return await self.pool.request("POST", path, body, sink=sink, stall_s=stall_s, fresh=True)
 
-    async def _read(self, content: aiohttp.StreamReader, rec: RequestRecord, state: StreamState) -> None:
-        """Read SSE events until [DONE], an error chunk or the end of the body."""
-        clock = time.monotonic
-        start = rec.start_s
-        events = EventReader(self.plan, rec, state)
-        async for data in content.iter_any():
-            if events.data(data, clock() - start):
-                return
-        events.end(clock() - start)
+    def _reason(self, failure: HTTPFailure, state: StreamState) -> str:
+        """A failed request's reason; its first word names the kind of failure in the summary."""
+        if failure.kind == "stall":
+            return f"stream stalled: no data for {self.plan.workload.stall_timeout_s:g} s"
+        if failure.kind == "broken":
+            return f"truncated stream: connection broke ({failure}) after {state.tokens} tokens"
+        if failure.kind == "sink":
+            return f"unparseable stream chunk: {failure}"
+        if failure.kind == "protocol":
+            return f"invalid response: {failure}"
+        return f"connection error: {failure} (after {state.tokens} tokens)"
 
     def _completeness_error(self, state: StreamState, max_tokens: int) -> str:
         # Servers that never send [DONE] (transformers serve) end their stream with a finish_reason.
