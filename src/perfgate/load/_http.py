@@ -32,6 +32,8 @@ returns True once the stream is over (the exchange then ends before the message 
 
 # An error answer's body is kept up to this size, for its message.
 _ERROR_BODY_BYTES = 64 * 1024
+# How long a server that announced "Connection: close" is given to close before the client does.
+_CLOSE_WAIT_S = 2.0
 
 
 class HTTPFailure(Exception):
@@ -60,7 +62,7 @@ class _Exchange:
     """One request and its response on a connection."""
 
     __slots__ = (
-        "sink", "future", "status", "keep_alive", "framed", "buffer", "received", "over",
+        "sink", "future", "status", "keep_alive", "server_closes", "framed", "buffer", "received", "over",
         "last_s", "now", "timer", "encoding",
     )
 
@@ -69,6 +71,7 @@ class _Exchange:
         self.future = future
         self.status = 0
         self.keep_alive = False
+        self.server_closes = False
         # Content-Length or chunked: the body's end is in the bytes, not at the connection's close.
         self.framed = False
         self.buffer = bytearray()
@@ -148,7 +151,8 @@ class _Connection(asyncio.Protocol):
         ex = self.exchange
         assert ex is not None
         ex.status = self.parser.get_status_code()
-        ex.keep_alive = self.parser.should_keep_alive() and self.pool.keep_alive
+        ex.server_closes = not self.parser.should_keep_alive()
+        ex.keep_alive = not ex.server_closes and self.pool.keep_alive
         if ex.encoding and ex.status == 200 and ex.sink is not None:
             encoding = ex.encoding.decode(errors="replace")
             raise HTTPFailure("protocol", f"the stream is encoded (Content-Encoding: {encoding}) although the client asked for identity")
@@ -204,6 +208,10 @@ class _Connection(asyncio.Protocol):
         self.served += 1
         if ex.keep_alive and not self.closed:
             self.pool.release(self)
+        elif ex.server_closes and not self.closed:
+            # The side that closes first keeps the port in TIME_WAIT: let it be the server's,
+            # so that a client opening a connection per request does not run out of ports.
+            asyncio.get_running_loop().call_later(_CLOSE_WAIT_S, self.close)
         else:
             self.close()
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from perfgate.errors import LoadError
 from perfgate.load._dataset import RequestSpec, arrival_offsets_s, make_requests
@@ -15,6 +15,7 @@ from perfgate.load._loop import loop_name
 from perfgate.load._plan import LoadPlan
 from perfgate.load._records import RequestRecord
 from perfgate.load._selfcheck import ClientStats, LagMonitor, client_stats
+from perfgate.load._sizing import Sizing, WarmupCost
 from perfgate.load._stream import Streamer
 
 # Warmup requests are capped like bench_serving's: enough to exercise every path, cheap to run.
@@ -106,8 +107,16 @@ async def run_phase(
             on_progress(snapshot())
 
 
-async def warm_up(streamer: Streamer, on_progress: ProgressSink | None) -> list[str]:
-    """Warmup, then the optional cache flush and settle; returns notes for the run.
+@dataclass(frozen=True)
+class Warmup:
+    """What the warmup left: notes for the run, and its cost (None without warmup requests)."""
+
+    notes: list[str]
+    cost: WarmupCost | None
+
+
+async def warm_up(streamer: Streamer, on_progress: ProgressSink | None) -> Warmup:
+    """Warmup, then the optional cache flush and settle.
 
     Warmup failures follow the measured phase's rule: more than ``max_error_rate`` of them
     is a LoadError (the server is not serving this workload), fewer are a note.
@@ -115,12 +124,15 @@ async def warm_up(streamer: Streamer, on_progress: ProgressSink | None) -> list[
     plan = streamer.plan
     workload = plan.workload
     notes: list[str] = []
+    cost = None
     if workload.warmup_requests:
         warm = make_requests(workload, workload.warmup_requests, seed_offset=plan.seed_offset + 1_000_000)
         jobs = [(i, s, 0.0) for i, s in enumerate(warm)]
+        cpu0 = time.process_time()
         records = await run_phase(
             streamer, jobs, workload.concurrency, cap=_WARMUP_OUTPUT_CAP, warmup=True, on_progress=on_progress
         )
+        cost = WarmupCost.of(records, time.process_time() - cpu0)
         failed = [r for r in records if r.error]
         if failed:
             what = f"{len(failed)} of {len(records)} warmup requests to {plan.url} failed; first: {failed[0].error}"
@@ -133,7 +145,7 @@ async def warm_up(streamer: Streamer, on_progress: ProgressSink | None) -> list[
         # bench_serving sleeps after a flush so the server is idle when timing starts.
         await asyncio.sleep(1.0)
     streamer.counters.retried = 0
-    return notes
+    return Warmup(notes, cost)
 
 
 async def measure(
@@ -160,9 +172,11 @@ async def measure(
 
 @dataclass(frozen=True)
 class Measurement:
-    """A repeat as its client processes saw it: the warmup's notes, the measured phase's start
-    (time.monotonic(), one clock for every process on Linux) and one Part per process."""
+    """A repeat as its client processes saw it: notes from the warmup and the host's limits, how
+    many processes measure and why, the measured phase's start (time.monotonic(), one clock for
+    every process on Linux) and one Part per process (none yet while the shards have to run)."""
 
     notes: list[str]
-    start_s: float
-    parts: list[Part]
+    sizing: Sizing
+    start_s: float = 0.0
+    parts: list[Part] = field(default_factory=list)

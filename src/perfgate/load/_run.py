@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from perfgate.errors import LoadError
 from perfgate.load._backends import BACKENDS
@@ -13,7 +13,8 @@ from perfgate.load._phase import Measurement, ProgressSink, measure, measured_jo
 from perfgate.load._plan import LoadPlan
 from perfgate.load._records import RequestRecord
 from perfgate.load._selfcheck import ClientLimits, ClientStats, merge_client_stats
-from perfgate.load._shard import run_sharded
+from perfgate.load._shard import run_sharded, worker_concurrency
+from perfgate.load._sizing import check_ports, ensure_fds, size_client, usable_cpus
 from perfgate.load._stream import Streamer
 from perfgate.profile import Workload
 
@@ -53,15 +54,15 @@ def run_workload(
 ) -> LoadRun:
     """Run ``workload`` (warmup, optional cache flush, measured phase) against ``base_url``.
 
-    With ``workload.client_processes`` > 1 the measured phase is sharded over that many
-    spawned processes and their records merged. ``repeat`` changes the prompts' seed so
-    repeats do not hit identical prompts. ``api_key_env`` / ``admin_api_key_env`` name the
-    variables holding the bearer tokens of the requests / of the cache flush (an admin
-    endpoint; the API key when no admin key is named). ``keep_alive`` = False gives every
-    request a connection of its own.
+    The measured phase runs in this process or over ``workload.client_processes`` spawned
+    processes ("auto": as many as the warmup says the client needs), their records merged.
+    ``repeat`` changes the prompts' seed so repeats do not hit identical prompts.
+    ``api_key_env`` / ``admin_api_key_env`` name the variables holding the bearer tokens of the
+    requests / of the cache flush (an admin endpoint; the API key when no admin key is named).
+    ``keep_alive`` = False gives every request a connection of its own.
     """
     n = workload.client_processes
-    if n > workload.concurrency:
+    if n != "auto" and n > workload.concurrency:
         raise LoadError(
             f"workload {workload.name}: client_processes = {n} cannot share concurrency = {workload.concurrency}; "
             f"use at most {workload.concurrency} processes"
@@ -71,7 +72,14 @@ def run_workload(
     plan = LoadPlan(
         base_url, workload, backend, _bearer(workload, api_key_env, "api_key_env"), limits, repeat * 7_777, keep_alive, flush_headers
     )
-    measured = run_sharded(plan, n, on_progress) if n > 1 else run_loop(_in_process(plan, on_progress))
+    check_ports(plan)
+    notes = []
+    if n != "auto":
+        # A fixed count fails on the host's limits before anything runs.
+        notes.append(ensure_fds(plan, worker_concurrency(workload.concurrency, n, 0), n))
+    measured = run_loop(_warm_then_measure(plan, on_progress, notes))
+    if not measured.parts:
+        measured = run_sharded(plan, measured, on_progress)
     return _load_run(plan, measured)
 
 
@@ -84,13 +92,23 @@ def _bearer(workload: Workload, variable: str, setting: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-async def _in_process(plan: LoadPlan, on_progress: ProgressSink | None) -> Measurement:
-    jobs = measured_jobs(plan)
+async def _warm_then_measure(plan: LoadPlan, on_progress: ProgressSink | None, notes: list[str]) -> Measurement:
+    """Warm up and size the client here, then measure here when one process is enough; else the
+    Measurement comes back without parts, for the shards to measure."""
+    workload = plan.workload
     async with Streamer(plan) as streamer:
-        notes = await warm_up(streamer, on_progress)
+        warm = await warm_up(streamer, on_progress)
+        sizing = size_client(plan, warm.cost, usable_cpus())
+        notes = [*notes, *warm.notes, ensure_fds(plan, worker_concurrency(workload.concurrency, sizing.processes, 0), sizing.processes)]
+        if sizing.shortfall:
+            notes.append(sizing.shortfall)
+        notes = [note for note in notes if note]
+        if sizing.processes > 1:
+            return Measurement(notes, sizing)
+        jobs = measured_jobs(plan)
         start = time.monotonic()
-        part = await measure(streamer, jobs, plan.workload.concurrency, start, on_progress)
-    return Measurement(notes, start, [part])
+        part = await measure(streamer, jobs, workload.concurrency, start, on_progress)
+    return Measurement(notes, sizing, start, [part])
 
 
 def _load_run(plan: LoadPlan, measured: Measurement) -> LoadRun:
@@ -115,7 +133,7 @@ def _load_run(plan: LoadPlan, measured: Measurement) -> LoadRun:
         start_s=measured.start_s,
         end_s=end,
         records=records,
-        client=client,
+        client=replace(client, processes=len(parts), sizing=measured.sizing.reason),
         warmup_requests=plan.workload.warmup_requests,
         flushed_cache=plan.workload.flush_cache,
         notes=notes,

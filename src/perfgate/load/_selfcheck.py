@@ -26,7 +26,7 @@ ClientLimit = Literal["", "saturated", "starved"]
 _ADVICE: dict[str, str] = {
     "saturated": (
         "the load client used up its core: shard the workload over more client processes "
-        "(client_processes) or lower the request rate"
+        '(client_processes = "auto", or a number) or lower the request rate'
     ),
     "starved": (
         "other processes took the client's CPU (it was mostly idle, yet late): run on a quieter host, "
@@ -58,6 +58,9 @@ class ClientStats:
     reason: str = ""
     # "uvloop 0.23.0" or "asyncio": what ran the client's event loop.
     event_loop: str = ""
+    # How many processes ran the measured phase, and why that many.
+    processes: int = 1
+    sizing: str = ""
 
     @property
     def valid(self) -> bool:

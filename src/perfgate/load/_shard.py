@@ -1,7 +1,7 @@
 """A repeat sharded over several client processes, for rates one process cannot sustain.
 
-The parent process runs the warmup and the cache flush, then releases every worker at one
-shared start time. Worker ``k`` of ``n`` sends requests ``k, k + n, ...`` of the one arrival
+The parent process has run the warmup and the cache flush (and sized the client); it spawns the
+workers and releases all of them at one shared start time. Worker ``k`` of ``n`` sends requests ``k, k + n, ...`` of the one arrival
 schedule with ``concurrency / n`` streams (the remainder spread over the first workers) and
 measures its own CPU and event-loop lag. Timestamps are time.monotonic(), one clock for every
 process on Linux, so the merged records need no adjustment.
@@ -13,11 +13,12 @@ import multiprocessing
 import queue as queue_mod
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from perfgate.errors import LoadError
 from perfgate.load._loop import run as run_loop
-from perfgate.load._phase import Measurement, Part, Progress, ProgressSink, measure, measured_jobs, warm_up
+from perfgate.load._phase import Measurement, Part, Progress, ProgressSink, measure, measured_jobs
 from perfgate.load._plan import LoadPlan
 from perfgate.load._stream import Streamer
 from perfgate.profile import Workload
@@ -50,13 +51,9 @@ def _worker(k: int, n: int, plan: LoadPlan, out: Any, go: Any, start: Any) -> No
         out.put(("error", k, f"{type(e).__name__}: {e}"))
 
 
-async def _warm_up(plan: LoadPlan, on_progress: ProgressSink | None) -> list[str]:
-    async with Streamer(plan) as streamer:
-        return await warm_up(streamer, on_progress)
-
-
-def run_sharded(plan: LoadPlan, n: int, on_progress: ProgressSink | None) -> Measurement:
-    """Warm up here, then run the measured phase over ``n`` spawned processes."""
+def run_sharded(plan: LoadPlan, warmed: Measurement, on_progress: ProgressSink | None) -> Measurement:
+    """The measured phase over ``warmed.sizing.processes`` spawned processes (the warmup is done)."""
+    n = warmed.sizing.processes
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
     go = ctx.Event()
@@ -69,19 +66,19 @@ def run_sharded(plan: LoadPlan, n: int, on_progress: ProgressSink | None) -> Mea
     try:
         for p in procs:
             p.start()
-        notes = run_loop(_warm_up(plan, on_progress))
         waiting = _Collector(workload, procs, out)
         waiting.collect("ready", time.monotonic() + _READY_TIMEOUT_S, None)
         start.value = t0 = time.monotonic() + _START_MARGIN_S
         go.set()
         done: dict[int, Part] = waiting.collect("done", None, lambda progress: _report(on_progress, workload, progress, t0))
     finally:
-        for p in procs:
+        started = [p for p in procs if p.pid is not None]
+        for p in started:
             if p.is_alive():
                 p.terminate()
-        for p in procs:
+        for p in started:
             p.join(5.0)
-    return Measurement(notes, t0, [done[k] for k in range(n)])
+    return replace(warmed, start_s=t0, parts=[done[k] for k in range(n)])
 
 
 class _Collector:
