@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from contextlib import ExitStack
 from dataclasses import replace
@@ -155,3 +156,18 @@ def test_an_unknown_event_loop_is_refused_with_the_choices(monkeypatch):
     monkeypatch.setenv("PERFGATE_EVENT_LOOP", "uvlop")
     with pytest.raises(LoadError, match=r"PERFGATE_EVENT_LOOP='uvlop': expected uvloop, asyncio or unset"):
         run_workload("http://127.0.0.1:9", W)
+
+
+def test_connections_opened_ahead_are_kept_and_a_refusal_stops_the_opening(sim):
+    from perfgate.load._http import Pool
+
+    async def opened(url: str, n: int) -> int:
+        pool = Pool(url, {}, keep_alive=True)
+        try:
+            await pool.preconnect(n)
+            return pool.open_connections
+        finally:
+            pool.close()
+
+    assert asyncio.run(opened(sim.base_url, 300)) == 300
+    assert asyncio.run(opened("http://127.0.0.1:9", 300)) == 0

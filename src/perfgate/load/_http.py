@@ -34,6 +34,8 @@ returns True once the stream is over (the exchange then ends before the message 
 _ERROR_BODY_BYTES = 64 * 1024
 # How long a server that announced "Connection: close" is given to close before the client does.
 _CLOSE_WAIT_S = 2.0
+# Connects in flight at once when opening connections ahead of a measured phase.
+_CONNECT_BATCH = 256
 
 
 class HTTPFailure(Exception):
@@ -298,6 +300,17 @@ class Pool:
         if conn is None:
             conn = await self._connect()
         return await conn.send(self.head(method, path, body, headers), body, sink, stall_s)
+
+    async def preconnect(self, n: int) -> None:
+        """Open idle connections until there are ``n``, a batch at a time (a listening server
+        queues only so many connects). The first failure stops it: the requests will meet it
+        again and report it."""
+        while len(self._idle) < n:
+            batch = min(_CONNECT_BATCH, n - len(self._idle))
+            opened = await asyncio.gather(*(self._connect() for _ in range(batch)), return_exceptions=True)
+            self._idle.extend(c for c in opened if isinstance(c, _Connection))
+            if len(opened) != sum(isinstance(c, _Connection) for c in opened):
+                return
 
     def _take_idle(self) -> _Connection | None:
         while self._idle:

@@ -5,7 +5,13 @@ arrival schedule on one event loop."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import math
 import time
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from itertools import islice
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -21,6 +27,7 @@ from perfgate.load._stream import Streamer
 # Warmup requests are capped like bench_serving's: enough to exercise every path, cheap to run.
 _WARMUP_OUTPUT_CAP = 32
 _PROGRESS_EVERY_S = 0.5
+_YIELD_EVERY = 256
 
 Job = tuple[int, RequestSpec, float]
 """A request to send: its record index, the request, its send time in seconds after the phase start."""
@@ -51,15 +58,38 @@ class Part:
     retried: int
 
 
-def measured_jobs(plan: LoadPlan) -> list[Job]:
-    """The measured phase's requests with their record indices and send offsets (shared by every shard)."""
+def measured_jobs(plan: LoadPlan, k: int = 0, n: int = 1) -> deque[Job]:
+    """Shard ``k`` of ``n`` of the measured phase's requests (requests k, k + n, ...) with their
+    record indices and send offsets in the one arrival schedule."""
     specs = make_requests(plan.workload, plan.workload.num_prompts, seed_offset=plan.seed_offset)
-    return list(zip(range(len(specs)), specs, arrival_offsets_s(plan.workload, len(specs))))
+    jobs = zip(range(len(specs)), specs, arrival_offsets_s(plan.workload, len(specs)))
+    return deque(islice(jobs, k, None, n))
+
+
+@asynccontextmanager
+async def prepared(streamer: Streamer, jobs: deque[Job], concurrency: int) -> AsyncIterator[None]:
+    """The moments before a measured phase, and the phase itself.
+
+    Requests that are all due at once (request_rate = inf) find their keep-alive connections
+    open: thousands of connects inside the measured phase would be the client's own work,
+    added to the first requests' TTFT. And the garbage collector stops walking every object
+    allocated so far (prompts, modules): its full collections stalled the event loop for up
+    to 0.3 s with 8,192 streams.
+    """
+    plan = streamer.plan
+    if plan.keep_alive and math.isinf(plan.workload.request_rate):
+        await streamer.pool.preconnect(min(concurrency, len(jobs)))
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 async def run_phase(
     streamer: Streamer,
-    jobs: list[Job],
+    jobs: deque[Job],
     concurrency: int,
     *,
     cap: int | None,
@@ -68,40 +98,57 @@ async def run_phase(
     start_s: float | None = None,
 ) -> list[RequestRecord]:
     """Run ``jobs`` (record index, request, send offset from ``start_s``, default now) with at most
-    ``concurrency`` in flight; ``cap`` limits output lengths (warmup)."""
+    ``concurrency`` in flight; ``cap`` limits output lengths (warmup). Returns the records in
+    the jobs' order.
+
+    ``jobs`` is consumed as requests are sent, and a finished request keeps only its record:
+    memory holds the prompts not yet sent, the requests in flight and the records.
+    """
+    total = len(jobs)
+    records: list[RequestRecord | None] = [None] * total
     sem = asyncio.Semaphore(concurrency)
-    tasks: list[asyncio.Task[RequestRecord]] = []
+    in_flight: set[asyncio.Task[None]] = set()
     t0 = time.monotonic() if start_s is None else start_s
     counters = streamer.counters
     counters.done = counters.errors = counters.output_tokens = 0
 
     def snapshot() -> Progress:
         c = counters
-        return Progress(c.done, len(jobs), c.in_flight, c.errors, c.output_tokens, time.monotonic() - t0, warmup)
+        return Progress(c.done, total, c.in_flight, c.errors, c.output_tokens, time.monotonic() - t0, warmup)
 
     async def report() -> None:
         while on_progress is not None:
             await asyncio.sleep(_PROGRESS_EVERY_S)
             on_progress(snapshot())
 
-    async def limited(i: int, spec: RequestSpec) -> RequestRecord:
+    async def limited(position: int, i: int, spec: RequestSpec) -> None:
         try:
-            return await streamer.one(i, spec, min(spec.output_len, cap) if cap else spec.output_len)
+            records[position] = await streamer.one(i, spec, min(spec.output_len, cap) if cap else spec.output_len)
         finally:
             sem.release()
 
     ticker = asyncio.get_running_loop().create_task(report())
     try:
-        for i, spec, at in jobs:
+        for position in range(total):
+            i, spec, at = jobs.popleft()
             delay = t0 + at - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
             await sem.acquire()
-            tasks.append(asyncio.create_task(limited(i, spec)))
-        return list(await asyncio.gather(*tasks))
+            task = asyncio.create_task(limited(position, i, spec))
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)
+            if position % _YIELD_EVERY == _YIELD_EVERY - 1:
+                # Thousands of requests due at once: let the loop read answers (and time its
+                # own lag) between batches of sends, as one loop iteration would otherwise take
+                # them all.
+                await asyncio.sleep(0)
+        while in_flight:
+            await asyncio.gather(*in_flight)
+        return [r for r in records if r is not None]
     finally:
         ticker.cancel()
-        for t in tasks:
+        for t in in_flight:
             t.cancel()
         if on_progress:
             on_progress(snapshot())
@@ -127,7 +174,7 @@ async def warm_up(streamer: Streamer, on_progress: ProgressSink | None) -> Warmu
     cost = None
     if workload.warmup_requests:
         warm = make_requests(workload, workload.warmup_requests, seed_offset=plan.seed_offset + 1_000_000)
-        jobs = [(i, s, 0.0) for i, s in enumerate(warm)]
+        jobs = deque((i, s, 0.0) for i, s in enumerate(warm))
         cpu0 = time.process_time()
         records = await run_phase(
             streamer, jobs, workload.concurrency, cap=_WARMUP_OUTPUT_CAP, warmup=True, on_progress=on_progress
@@ -150,7 +197,7 @@ async def warm_up(streamer: Streamer, on_progress: ProgressSink | None) -> Warmu
 
 async def measure(
     streamer: Streamer,
-    jobs: list[Job],
+    jobs: deque[Job],
     concurrency: int,
     start_s: float,
     on_progress: ProgressSink | None,

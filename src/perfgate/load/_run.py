@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from perfgate.errors import LoadError
 from perfgate.load._backends import BACKENDS
 from perfgate.load._loop import run as run_loop
-from perfgate.load._phase import Measurement, ProgressSink, measure, measured_jobs, warm_up
+from perfgate.load._phase import Measurement, ProgressSink, measure, measured_jobs, prepared, warm_up
 from perfgate.load._plan import LoadPlan
 from perfgate.load._records import RequestRecord
 from perfgate.load._selfcheck import ClientLimits, ClientStats, merge_client_stats
@@ -106,8 +106,9 @@ async def _warm_then_measure(plan: LoadPlan, on_progress: ProgressSink | None, n
         if sizing.processes > 1:
             return Measurement(notes, sizing)
         jobs = measured_jobs(plan)
-        start = time.monotonic()
-        part = await measure(streamer, jobs, workload.concurrency, start, on_progress)
+        async with prepared(streamer, jobs, workload.concurrency):
+            start = time.monotonic()
+            part = await measure(streamer, jobs, workload.concurrency, start, on_progress)
     return Measurement(notes, sizing, start, [part])
 
 

@@ -9,6 +9,7 @@ process on Linux, so the merged records need no adjustment.
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
 import queue as queue_mod
 import time
@@ -18,7 +19,7 @@ from typing import Any
 
 from perfgate.errors import LoadError
 from perfgate.load._loop import run as run_loop
-from perfgate.load._phase import Measurement, Part, Progress, ProgressSink, measure, measured_jobs
+from perfgate.load._phase import Measurement, Part, Progress, ProgressSink, measure, measured_jobs, prepared
 from perfgate.load._plan import LoadPlan
 from perfgate.load._stream import Streamer
 from perfgate.profile import Workload
@@ -37,13 +38,14 @@ def worker_concurrency(concurrency: int, workers: int, k: int) -> int:
 
 def _worker(k: int, n: int, plan: LoadPlan, out: Any, go: Any, start: Any) -> None:
     try:
-        jobs = measured_jobs(plan)[k::n]
+        jobs = measured_jobs(plan, k, n)
         concurrency = worker_concurrency(plan.workload.concurrency, n, k)
-        out.put(("ready", k, None))
-        go.wait()
 
         async def run() -> Part:
-            async with Streamer(plan) as streamer:
+            async with Streamer(plan) as streamer, prepared(streamer, jobs, concurrency):
+                out.put(("ready", k, None))
+                # The loop keeps serving the open connections while it waits.
+                await asyncio.get_running_loop().run_in_executor(None, go.wait)
                 return await measure(streamer, jobs, concurrency, start.value, lambda p: out.put(("progress", k, p)))
 
         out.put(("done", k, run_loop(run())))
