@@ -129,7 +129,7 @@ class SGLangBackend(Backend):
     def body(self, spec: RequestSpec, max_tokens: int) -> dict[str, Any]:
         return self._merge(
             {
-                "input_ids": spec.input_ids,
+                "input_ids": list(spec.input_ids),
                 "sampling_params": {"max_new_tokens": max_tokens, "ignore_eos": self.ignore_eos, "temperature": 0.0},
                 "stream": True,
             }
@@ -222,7 +222,7 @@ class OpenAICompletionsBackend(_OpenAIBackend):
         return self._merge(
             {
                 "model": self.model,
-                "prompt": spec.input_ids,
+                "prompt": list(spec.input_ids),
                 "max_tokens": max_tokens,
                 "temperature": 0.0,
                 "ignore_eos": self.ignore_eos,
