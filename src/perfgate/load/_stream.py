@@ -51,8 +51,9 @@ class EventReader:
     def data(self, data: bytes, now_s: float) -> bool:
         """Fold ``data``, read at time.monotonic() ``now_s``; True once the stream is over
         ([DONE] or an error chunk)."""
-        if not self._tail and data.startswith(b"data: ") and data.find(b"\n", 6) == len(data) - 2 and data.endswith(b"\n\n"):
-            payloads: list[bytes] | tuple[bytes] = (data[6:-2],)
+        end = len(data) - 2
+        if not self._tail and data.find(b"\n", 6) == end and data[-1] == 0x0A and data.startswith(b"data: "):
+            payloads: list[bytes] | tuple[bytes] = (data[6:end],)
         else:
             payloads = self._split(data)
         rec = self._rec
