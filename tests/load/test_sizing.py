@@ -9,6 +9,7 @@ import textwrap
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
+from unittest.mock import patch
 
 import pytest
 from hypothesis import given
@@ -62,6 +63,17 @@ def test_a_fixed_count_is_kept():
     assert (sizing.processes, sizing.reason, sizing.shortfall) == (3, "client_processes = 3 in the profile", "")
 
 
+def test_auto_takes_enough_processes_for_the_open_file_limit_even_on_one_cpu():
+    # 1 us per chunk at 10 chunks/s per stream: one process would do for the CPU, but 4,096
+    # connections do not fit under a hard limit of 1,024 descriptors (64 open, 64 headroom).
+    cheap = WarmupCost(cpu_s=0.0001, chunks=100, tokens=100, generating_s=9.6, gaps=96)
+    w = replace(W, concurrency=4096, num_prompts=4096)
+    with patch.object(_sizing, "fd_hard_limit", return_value=1024), patch.object(_sizing, "open_fds", return_value=64):
+        sizing = size_client(_plan(w), cheap, cpus=1)
+    assert sizing.processes == 5 and not sizing.shortfall
+    assert "the open-file limit allows 820 streams per process" in sizing.reason
+
+
 @given(
     cpu_us=st.floats(1, 1000),
     per_stream=st.floats(0.1, 10_000),
@@ -72,7 +84,9 @@ def test_a_fixed_count_is_kept():
 def test_auto_stays_within_the_cpus_and_the_streams(cpu_us, per_stream, concurrency, cpus, rate):
     warm = WarmupCost(cpu_s=cpu_us * 1e-6 * 100, chunks=100, tokens=200, generating_s=99 / per_stream, gaps=99)
     w = replace(W, concurrency=concurrency, num_prompts=concurrency, request_rate=rate or float("inf"))
-    sizing = size_client(_plan(w), warm, cpus=cpus)
+    # The host's open-file limit would decide for small hard limits: keep it out of this property.
+    with patch.object(_sizing, "fd_hard_limit", return_value=1 << 20):
+        sizing = size_client(_plan(w), warm, cpus=cpus)
     assert 1 <= sizing.processes <= min(cpus, concurrency)
     assert bool(sizing.shortfall) == ("on this host" in sizing.reason)
 

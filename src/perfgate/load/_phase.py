@@ -9,10 +9,9 @@ import gc
 import math
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from itertools import islice
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from perfgate.errors import LoadError

@@ -1,9 +1,9 @@
 """A repeat sharded over several client processes, for rates one process cannot sustain.
 
 The parent process has run the warmup and the cache flush (and sized the client); it spawns the
-workers and releases all of them at one shared start time. Worker ``k`` of ``n`` sends requests ``k, k + n, ...`` of the one arrival
-schedule with ``concurrency / n`` streams (the remainder spread over the first workers) and
-measures its own CPU and event-loop lag. Timestamps are time.monotonic(), one clock for every
+workers and releases all of them at one shared start time. Worker ``k`` of ``n`` sends requests
+``k, k + n, ...`` of the one arrival schedule with ``concurrency / n`` streams (the remainder
+spread over the first workers) and measures its own CPU and event-loop lag. Timestamps are time.monotonic(), one clock for every
 process on Linux, so the merged records need no adjustment.
 """
 
