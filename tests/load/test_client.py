@@ -171,3 +171,21 @@ def test_connections_opened_ahead_are_kept_and_a_refusal_stops_the_opening(sim):
 
     assert asyncio.run(opened(sim.base_url, 300)) == 300
     assert asyncio.run(opened("http://127.0.0.1:9", 300)) == 0
+
+
+def test_a_connect_that_hangs_fails_after_the_timeout_naming_the_address():
+    from perfgate.load._http import HTTPFailure, Pool
+
+    async def hang(*args: object, **kwargs: object) -> None:
+        await asyncio.sleep(60)
+
+    async def request() -> HTTPFailure:
+        # A connect that never completes (a firewall dropping SYNs), without depending on the network.
+        asyncio.get_running_loop().create_connection = hang  # type: ignore[method-assign]
+        pool = Pool("http://10.0.0.1:8000", {}, keep_alive=True, connect_timeout_s=0.05)
+        with pytest.raises(HTTPFailure) as failure:
+            await pool.request("POST", "/generate", b"{}", sink=None, stall_s=1.0)
+        return failure.value
+
+    failure = asyncio.run(request())
+    assert failure.kind == "connect" and str(failure) == "no connection to 10.0.0.1:8000 within 0.05 s"
