@@ -8,8 +8,10 @@ Reported per run: chunks per second over the measured phase, client CPU microsec
 (all client processes), the event-loop lag p99 (the busiest process), the client's resident
 memory (the peak of the summed VmRSS of the client process and its children, from /proc), the
 processes "auto" chose, the client's self-check verdict, and the simulator's CPU share over the
-measured phase, which says whether the server or the client was the limit. The last stdout line
-is one JSON object.
+measured phase, which says whether the server or the client was the limit, and how long the
+client processes waited for a CPU while runnable, per second they ran (from /proc/PID/schedstat:
+what tells a starved client from one that is slow on its own). The last stdout line is one JSON
+object.
 
     python benchmarks/client_scale.py [--streams 1024,4096,8192] [--runs 2] [--output-len 128]
 """
@@ -37,8 +39,8 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
-def _tree_rss_mb(pid: int) -> float:
-    """VmRSS of ``pid`` and every descendant, summed."""
+def _tree(pid: int) -> list[int]:
+    """``pid`` and every descendant."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -47,17 +49,29 @@ def _tree_rss_mb(pid: int) -> float:
             except (OSError, IndexError, ValueError):
                 continue
             children.setdefault(ppid, []).append(int(entry.name))
-    total_kb, todo = 0, [pid]
+    tree, todo = [], [pid]
     while todo:
         p = todo.pop()
+        tree.append(p)
         todo.extend(children.get(p, []))
+    return tree
+
+
+def _tree_sample(pid: int) -> tuple[float, float, float]:
+    """Summed over ``pid``'s tree: VmRSS (MB), and from /proc/PID/schedstat the seconds run on a CPU
+    and the seconds spent runnable but waiting for one (what starves an event loop)."""
+    rss_kb, run_ns, wait_ns = 0, 0, 0
+    for p in _tree(pid):
         try:
             for line in Path(f"/proc/{p}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
-                    total_kb += int(line.split()[1])
-        except OSError:
-            pass
-    return total_kb / 1024
+                    rss_kb += int(line.split()[1])
+            ran, waited, _ = Path(f"/proc/{p}/schedstat").read_text().split()
+        except (OSError, ValueError):
+            continue
+        run_ns += int(ran)
+        wait_ns += int(waited)
+    return rss_kb / 1024, run_ns / 1e9, wait_ns / 1e9
 
 
 def worker(url: str, streams: int, output_len: int) -> dict:
@@ -80,13 +94,14 @@ def worker(url: str, streams: int, output_len: int) -> dict:
 
 def _run_one(url: str, sim_pid: int, streams: int, output_len: int) -> dict:
     argv = [sys.executable, __file__, "--worker-url", url, "--streams", str(streams), "--output-len", str(output_len)]
-    samples: list[tuple[float, float, float]] = []  # (monotonic, simulator CPU s, client tree RSS MB)
+    # (monotonic, simulator CPU s, client tree: RSS MB, s on a CPU, s waiting for one)
+    samples: list[tuple[float, float, float, float, float]] = []
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
     stop = threading.Event()
 
     def sample() -> None:
         while not stop.wait(0.1):
-            samples.append((time.monotonic(), _cpu_s(sim_pid), _tree_rss_mb(proc.pid)))
+            samples.append((time.monotonic(), _cpu_s(sim_pid), *_tree_sample(proc.pid)))
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -98,9 +113,13 @@ def _run_one(url: str, sim_pid: int, streams: int, output_len: int) -> dict:
     res = json.loads(out.strip().splitlines()[-1])
     inside = [s for s in samples if res["start_s"] <= s[0] <= res["end_s"]]
     if len(inside) >= 2:
-        res["server_cpu_share"] = (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
+        first, last = inside[0], inside[-1]
+        res["server_cpu_share"] = (last[1] - first[1]) / (last[0] - first[0])
+        # Runnable client time spent waiting for a CPU, per second it ran: above ~1 the host,
+        # not the client, decides how late its event loops run.
+        res["client_cpu_wait_per_run_s"] = (last[4] - first[4]) / max(1e-9, last[3] - first[3])
     else:
-        res["server_cpu_share"] = float("nan")
+        res["server_cpu_share"] = res["client_cpu_wait_per_run_s"] = float("nan")
     res["client_rss_mb"] = max((s[2] for s in samples), default=float("nan"))
     res["chunks_per_s"] = res["chunks"] / res["wall_s"]
     if res["failed"]:
@@ -144,7 +163,8 @@ def main() -> None:
                 print(f"{streams:>5} streams, run {i + 1}: {r['chunks_per_s']:8,.0f} chunks/s, "
                       f"{r['cpu_us_per_chunk']:5.1f} us CPU/chunk, lag p99 {r['loop_lag_p99_ms']:6.1f} ms, "
                       f"RSS {r['client_rss_mb']:5.0f} MB, {r['processes']} process(es), "
-                      f"{'valid' if r['valid'] else 'INVALID: ' + r['reason']}, simulator CPU {r['server_cpu_share']:.0%} "
+                      f"{'valid' if r['valid'] else 'INVALID: ' + r['reason']}, simulator CPU {r['server_cpu_share']:.0%}, "
+                      f"client waited {r['client_cpu_wait_per_run_s']:.1f} s for a CPU per s it ran "
                       f"-> limit: {r['limit_by']}", flush=True)
     summary: dict[str, object] = {"load_average_1m_before": round(load_before, 2),
                                   "load_average_1m_after": round(os.getloadavg()[0], 2),
@@ -161,6 +181,7 @@ def main() -> None:
             "loop_lag_p99_ms": spread("loop_lag_p99_ms"), "client_rss_mb": spread("client_rss_mb", 0),
             "processes": sorted({r["processes"] for r in mine}), "valid_runs": sum(r["valid"] for r in mine),
             "runs": len(mine), "server_cpu_share": spread("server_cpu_share", 2),
+            "client_cpu_wait_per_run_s": spread("client_cpu_wait_per_run_s", 2),
             "limit_by": sorted({r["limit_by"] for r in mine}),
         }
     print(json.dumps(summary))
