@@ -2,8 +2,8 @@
 
 Why not aiohttp here (it serves the simulator): with aiohttp every streamed chunk goes through
 its StreamReader, wakes the request's task and re-arms the read timeout, and that machinery
-cost more CPU than everything perfgate does with the chunk (py-spy, README "Where the client's
-time goes"). Here the parser's body callback hands the bytes straight to the stream's sink,
+cost more CPU than everything perfgate does with the chunk (py-spy, README "The load
+client"). Here the parser's body callback hands the bytes straight to the stream's sink,
 inside the event loop's read callback: no task switch, no timer per chunk (a stall timer is
 re-armed lazily, only when it fires), one clock read per socket read.
 

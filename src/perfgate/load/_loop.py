@@ -1,7 +1,7 @@
 """The client's event loop: uvloop's where it is installed (``perfgate[fast]``), else asyncio's.
 
 uvloop reads sockets and runs protocol callbacks in C: the load client's CPU per streamed
-chunk drops by about a third with it (README, "Where the client's time goes").
+chunk drops by 9-25 % with it (README, "The load client").
 ``PERFGATE_EVENT_LOOP=asyncio`` keeps asyncio's loop even where uvloop is installed;
 ``PERFGATE_EVENT_LOOP=uvloop`` insists on uvloop.
 """
