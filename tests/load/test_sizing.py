@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import textwrap
@@ -74,6 +75,17 @@ def test_auto_takes_enough_processes_for_the_open_file_limit_even_on_one_cpu():
     assert "the open-file limit allows 820 streams per process" in sizing.reason
 
 
+def test_auto_holds_at_most_1024_streams_a_process_whatever_the_cpus():
+    # 8,192 streams that one process could serve for the CPU: a loop round over 4,096 busy
+    # streams left it ~1 s late, so 8 processes, even on 2 CPUs, and no shortfall note.
+    cheap = WarmupCost(cpu_s=0.0001, chunks=100, tokens=100, generating_s=9.6, gaps=96)
+    w = replace(W, concurrency=8192, num_prompts=8192)
+    sizing = size_client(_plan(w), cheap, cpus=2)
+    assert sizing.processes == 8 and not sizing.shortfall
+    assert sizing.reason.endswith("; at most 1024 streams per process (the event loop's round): 8")
+    assert size_client(_plan(replace(w, warmup_requests=0)), None, cpus=2).processes == 8
+
+
 @given(
     cpu_us=st.floats(1, 1000),
     per_stream=st.floats(0.1, 10_000),
@@ -87,7 +99,9 @@ def test_auto_stays_within_the_cpus_and_the_streams(cpu_us, per_stream, concurre
     # The host's open-file limit would decide for small hard limits: keep it out of this property.
     with patch.object(_sizing, "fd_hard_limit", return_value=1 << 20):
         sizing = size_client(_plan(w), warm, cpus=cpus)
-    assert 1 <= sizing.processes <= min(cpus, concurrency)
+    per_process = math.ceil(concurrency / _sizing.MAX_STREAMS_PER_PROCESS)
+    assert 1 <= sizing.processes <= max(min(cpus, concurrency), per_process)
+    assert math.ceil(concurrency / sizing.processes) <= _sizing.MAX_STREAMS_PER_PROCESS
     assert bool(sizing.shortfall) == ("on this host" in sizing.reason)
 
 

@@ -5,8 +5,9 @@ streamed chunk, and the chunks per second one stream received, times the streams
 phase keeps open (or the arrival rate times the chunks per request, when that is lower). Both
 are upper bounds on a batching server (its streams slow down as the batch grows; short warmup
 streams cost more per chunk), so the estimate errs towards more processes. Every process should
-stay at or below ``TARGET_SHARE`` of a core, well under the saturation limit, and there are
-never more processes than CPUs this process may run on, nor than streams.
+stay at or below ``TARGET_SHARE`` of a core, well under the saturation limit, and hold at most
+``MAX_STREAMS_PER_PROCESS`` streams; for the CPU there are never more processes than CPUs this
+process may run on, nor ever more than streams.
 
 Each connection is a file descriptor: a process holding N streams needs N plus what it has open
 already. The soft RLIMIT_NOFILE is raised as far as the hard limit allows; beyond that, "auto"
@@ -27,6 +28,13 @@ from perfgate.load._records import RequestRecord
 
 # Half a core, and then some: the estimate is an upper bound already.
 TARGET_SHARE = 0.6
+# Streams one process holds at most, whatever its CPU. An event loop reads every ready socket
+# before it runs its timers, so with every stream busy one round costs streams x the cost of a
+# read; on uvloop, while 1,024 sockets (libuv's batch) come back ready at once, libuv polls again
+# up to 48 times first. Measured on 2 cores with 8,192 streams against the zero-cost simulator:
+# 4,096 streams a process left the loop 0.4 s (asyncio) to 1.2 s (uvloop) late at p99, an
+# invalid run; 1,024 a process, 150-160 ms (README, "The load client").
+MAX_STREAMS_PER_PROCESS = 1024
 # Descriptors a client process holds besides its connections (interpreter, event loop, pipes to
 # the parent), plus room for a retry's connection.
 FD_HEADROOM = 64
@@ -85,12 +93,14 @@ def size_client(plan: LoadPlan, warm: WarmupCost | None, cpus: int) -> Sizing:
     workload = plan.workload
     streams = min(workload.concurrency, workload.num_prompts)
     fd_processes = math.ceil(streams / max(1, fd_hard_limit() - open_fds() - FD_HEADROOM))
+    # Processes the host's limits and the loop's round time ask for, whatever the CPU.
+    floor = max(fd_processes, math.ceil(streams / MAX_STREAMS_PER_PROCESS))
     if workload.client_processes != "auto":
         return Sizing(workload.client_processes, f"client_processes = {workload.client_processes} in the profile")
     if warm is None or warm.gaps == 0 or warm.chunks == 0 or warm.generating_s <= 0:
         why = "no warmup stream of two or more chunks to measure" if warm is None or not warm.chunks else "the warmup streams came in single chunks"
-        n = max(1, fd_processes)
-        return Sizing(n, f'client_processes = "auto": {why}; {n} process(es)', "")
+        n = max(1, floor)
+        return Sizing(n, f'client_processes = "auto": {why}; {n} process(es)' + _floor_reason(streams, n, fd_processes), "")
     cpu_us = warm.cpu_s / warm.chunks * 1e6
     per_stream = warm.gaps / warm.generating_s
     expected = per_stream * streams
@@ -101,15 +111,15 @@ def size_client(plan: LoadPlan, warm: WarmupCost | None, cpus: int) -> Sizing:
         by_rate = workload.request_rate * chunks_per_request
         if by_rate < expected:
             expected, basis = by_rate, f"{workload.request_rate:g} requests/s x {chunks_per_request:,.1f} chunks each"
-    need = max(1, math.ceil(expected * cpu_us * 1e-6 / TARGET_SHARE), fd_processes)
-    n = min(need, max(cpus, fd_processes), streams)
+    by_cpu = max(1, math.ceil(expected * cpu_us * 1e-6 / TARGET_SHARE))
+    need = max(by_cpu, floor)
+    n = min(need, max(cpus, floor), streams)
     reason = (
         f'client_processes = "auto": the warmup cost {cpu_us:.1f} us of client CPU per chunk; up to '
         f"{expected:,.0f} chunks/s expected ({basis}) need {expected * cpu_us * 1e-6:.2f} cores, "
-        f"at most {TARGET_SHARE:.0%} of a core per process: {need} process(es)"
+        f"at most {TARGET_SHARE:.0%} of a core per process: {by_cpu} process(es)"
     )
-    if fd_processes > 1:
-        reason += f"; the open-file limit allows {math.ceil(streams / fd_processes)} streams per process"
+    reason += _floor_reason(streams, floor, fd_processes)
     shortfall = ""
     if n < need:
         reason += f", {n} on this host ({cpus} usable CPUs)"
@@ -118,6 +128,15 @@ def size_client(plan: LoadPlan, warm: WarmupCost | None, cpus: int) -> Sizing:
             f"gives it {cpus} CPUs: the run may saturate the client (the self-check says)"
         )
     return Sizing(n, reason, shortfall)
+
+
+def _floor_reason(streams: int, floor: int, fd_processes: int) -> str:
+    """Why ``floor`` processes at least, when more than one."""
+    if floor <= 1:
+        return ""
+    if fd_processes >= floor:
+        return f"; the open-file limit allows {math.ceil(streams / fd_processes)} streams per process: {floor}"
+    return f"; at most {MAX_STREAMS_PER_PROCESS} streams per process (the event loop's round): {floor}"
 
 
 def open_fds() -> int:
