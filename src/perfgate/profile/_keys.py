@@ -143,9 +143,10 @@ def integer_or(word: str, min_value: int) -> Check:
         if v == word:
             return word
         try:
-            return whole.convert(v)
+            number: int = whole.convert(v)
         except Bad:
             raise Bad(expected) from None
+        return number
 
     return Check(f'integer or "{word}"', f'>= {min_value}, or `"{word}"`', convert)
 
