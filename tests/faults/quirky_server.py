@@ -12,6 +12,12 @@ under any interpreter. It serves ``/health``, ``/health_generate``, ``/v1/models
 --hang-after N     stops sending (without closing) after N tokens of every stream
 --tokens-per-chunk K, --no-counts
                    K tokens per chunk, with or without the server's token counts
+--split-writes     writes every HTTP chunk in two pieces, the cut inside the SSE event, with a
+                   pause between them (a busy server or network splits them the same way)
+--crlf             ends SSE lines with CRLF
+--close-delimited  streams without chunked encoding or a Content-Length: the body ends when
+                   the server closes the connection
+--gzip-header      says "Content-Encoding: gzip" (without compressing)
 -t/--threads N     accepted and ignored: a short and a long spelling of one option
 """
 
@@ -34,6 +40,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--tokens-per-chunk", type=int, default=1)
     p.add_argument("--no-counts", action="store_true")
     p.add_argument("--token-delay-s", type=float, default=0.0)
+    p.add_argument("--split-writes", action="store_true")
+    p.add_argument("--crlf", action="store_true")
+    p.add_argument("--close-delimited", action="store_true")
+    p.add_argument("--gzip-header", action="store_true")
     return p.parse_args()
 
 
@@ -58,7 +68,7 @@ async def read_request(reader: asyncio.StreamReader) -> tuple[str, str, bytes] |
 
 
 def head(status: str, content_type: str, extra: str = "") -> bytes:
-    connection = "close" if ARGS.close_header else "keep-alive"
+    connection = "close" if ARGS.close_header or ARGS.close_delimited else "keep-alive"
     return (
         f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nConnection: {connection}\r\n"
         f"Keep-Alive: timeout=60\r\n{extra}"
@@ -72,14 +82,25 @@ async def send_json(writer: asyncio.StreamWriter, status: str, obj: object) -> N
 
 
 async def send_chunk(writer: asyncio.StreamWriter, data: bytes) -> None:
-    writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+    if ARGS.crlf:
+        data = data.replace(b"\n", b"\r\n")
+    frame = data if ARGS.close_delimited else f"{len(data):x}\r\n".encode() + data + b"\r\n"
+    if ARGS.split_writes and len(frame) > 8:
+        cut = len(frame) // 2
+        writer.write(frame[:cut])
+        await writer.drain()
+        await asyncio.sleep(0.01)
+        frame = frame[cut:]
+    writer.write(frame)
     await writer.drain()
 
 
 async def generate(writer: asyncio.StreamWriter, body: bytes) -> None:
     params = json.loads(body or b"{}").get("sampling_params", {})
     total = int(params.get("max_new_tokens", 16))
-    writer.write(head("200 OK", "text/event-stream", "Transfer-Encoding: chunked\r\n\r\n"))
+    framing = "\r\n" if ARGS.close_delimited else "Transfer-Encoding: chunked\r\n\r\n"
+    encoding = "Content-Encoding: gzip\r\n" if ARGS.gzip_header else ""
+    writer.write(head("200 OK", "text/event-stream", encoding + framing))
     sent = 0
     while sent < total:
         if ARGS.hang_after and sent >= ARGS.hang_after:
@@ -93,7 +114,10 @@ async def generate(writer: asyncio.StreamWriter, body: bytes) -> None:
         if ARGS.token_delay_s:
             await asyncio.sleep(ARGS.token_delay_s)
     await send_chunk(writer, b"data: [DONE]\n\n")
-    await send_chunk(writer, b"")
+    if ARGS.close_delimited:
+        writer.close()
+    else:
+        await send_chunk(writer, b"")
 
 
 async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -119,7 +143,7 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
             else:
                 await send_json(writer, "404 Not Found", {"detail": "Not Found"})
             served += 1
-            if ARGS.close_header:
+            if ARGS.close_header or ARGS.close_delimited:
                 break
     except (ConnectionError, asyncio.IncompleteReadError):
         pass

@@ -138,7 +138,7 @@ def test_saturated_client_is_invalid_with_advice_to_shard(gate: Gate) -> None:
     outcome = gate.run(gate="client_max_cpu_share = 0.0001")
     assert outcome.ret == FAILED
     assert "the load client, not the server, set the pace (client CPU" in outcome.out
-    assert "shard the workload over more client processes (client_processes)" in outcome.out
+    assert 'shard the workload over more client processes (client_processes = "auto", or a number)' in outcome.out
 
 
 # -- the gate process is told to stop ----------------------------------------------------------

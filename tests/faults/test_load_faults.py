@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from perfgate.load import ClientStats, LoadRun, RequestRecord, run_workload
-from perfgate.load._client import ClientLimits, _client_stats, merge_client_stats
+from perfgate.load._selfcheck import ClientLimits, client_stats, merge_client_stats
 from perfgate.metrics import compute_metrics
 from perfgate.profile import Workload
 
@@ -103,11 +103,29 @@ def test_failed_requests_leave_the_in_flight_count_when_they_fail() -> None:
     ],
 )
 def test_saturated_and_starved_get_their_own_advice(cpu_s: float, lags_s: list[float], limit: str) -> None:
-    stats = _client_stats(cpu_s, 1.0, 100, lags_s, ClientLimits(max_lag_p99_ms=200, max_cpu_share=0.9))
+    stats = client_stats(cpu_s, 1.0, 100, lags_s, ClientLimits(max_lag_p99_ms=200, max_cpu_share=0.9))
     assert stats.limit == limit and stats.valid == (not limit)
     if limit == "saturated":
         assert "client_processes" in stats.advice
     elif limit == "starved":
         assert "quieter host" in stats.advice and "client_processes" not in stats.advice
-    merged = merge_client_stats([stats, _client_stats(0.05, 1.0, 100, [0.001] * 100, ClientLimits())], 1.0)
+    merged = merge_client_stats([stats, client_stats(0.05, 1.0, 100, [0.001] * 100, ClientLimits())], 1.0)
     assert merged.limit == limit
+
+
+@pytest.mark.parametrize("quirk", ["--split-writes", "--crlf", "--close-delimited"])
+def test_streams_split_across_reads_crlf_or_ended_by_close_are_read_whole(quirky, quirk: str) -> None:
+    server = quirky(quirk, "--tokens-per-chunk", "2")
+    run = run_workload(server.base_url, replace(W, concurrency=4, output_len=9))
+    assert all(r.ok for r in run.records), [r.error for r in run.records if r.error][:3]
+    # Chunks of 2, 2, 2, 2 and 1 tokens, each counted in the chunk it came in.
+    assert all(list(r.chunk_tokens) == [2, 2, 2, 2, 1] and r.output_tokens == 9 for r in run.records)
+    assert all(len(r.chunk_offsets_s) == 5 for r in run.records)
+
+
+def test_an_encoded_stream_is_a_failed_request_that_says_so(quirky) -> None:
+    server = quirky("--gzip-header")
+    run = run_workload(server.base_url, replace(W, warmup_requests=0, num_prompts=3))
+    assert [r.error for r in run.records] == [
+        "invalid response: the stream is encoded (Content-Encoding: gzip) although the client asked for identity"
+    ] * 3

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from contextlib import ExitStack
 from dataclasses import replace
@@ -132,3 +133,59 @@ def test_prompts_are_seeded_exact_and_in_range():
     assert [r.input_ids for r in make_requests(w, 10, seed_offset=1)] != [r.input_ids for r in a]
     varied = make_requests(replace(w, range_ratio=0.5), 200)
     assert {r.input_len for r in varied} <= set(range(8, 17)) and len({r.input_len for r in varied}) > 3
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_the_client_runs_on_either_event_loop_and_says_which(sim, monkeypatch, loop):
+    pytest.importorskip("uvloop")
+    monkeypatch.setenv("PERFGATE_EVENT_LOOP", loop)
+    run = run_workload(sim.base_url, W, model=sim.model)
+    assert all(r.ok and r.output_tokens == W.output_len for r in run.records), [r.error for r in run.records][:3]
+    assert run.client.event_loop.split()[0] == loop
+    assert run.client.chunks == W.num_prompts * W.output_len
+
+
+def test_a_server_that_refuses_connections_fails_every_request_with_the_address():
+    run = run_workload("http://127.0.0.1:9", replace(W, warmup_requests=0, num_prompts=3))
+    assert all(r.error.startswith("connection error: cannot connect to 127.0.0.1:9: ConnectionRefusedError") for r in run.records), [
+        r.error for r in run.records
+    ]
+
+
+def test_an_unknown_event_loop_is_refused_with_the_choices(monkeypatch):
+    monkeypatch.setenv("PERFGATE_EVENT_LOOP", "uvlop")
+    with pytest.raises(LoadError, match=r"PERFGATE_EVENT_LOOP='uvlop': expected uvloop, asyncio or unset"):
+        run_workload("http://127.0.0.1:9", W)
+
+
+def test_connections_opened_ahead_are_kept_and_a_refusal_stops_the_opening(sim):
+    from perfgate.load._http import Pool
+
+    async def opened(url: str, n: int) -> int:
+        pool = Pool(url, {}, keep_alive=True)
+        try:
+            await pool.preconnect(n)
+            return pool.open_connections
+        finally:
+            pool.close()
+
+    assert asyncio.run(opened(sim.base_url, 300)) == 300
+    assert asyncio.run(opened("http://127.0.0.1:9", 300)) == 0
+
+
+def test_a_connect_that_hangs_fails_after_the_timeout_naming_the_address():
+    from perfgate.load._http import HTTPFailure, Pool
+
+    async def hang(*args: object, **kwargs: object) -> None:
+        await asyncio.sleep(60)
+
+    async def request() -> HTTPFailure:
+        # A connect that never completes (a firewall dropping SYNs), without depending on the network.
+        asyncio.get_running_loop().create_connection = hang  # type: ignore[method-assign]
+        pool = Pool("http://10.0.0.1:8000", {}, keep_alive=True, connect_timeout_s=0.05)
+        with pytest.raises(HTTPFailure) as failure:
+            await pool.request("POST", "/generate", b"{}", sink=None, stall_s=1.0)
+        return failure.value
+
+    failure = asyncio.run(request())
+    assert failure.kind == "connect" and str(failure) == "no connection to 10.0.0.1:8000 within 0.05 s"

@@ -8,7 +8,7 @@ import tracemalloc
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perfgate.load import RequestRecord
+from perfgate.load import RequestRecord, RequestSpec
 
 BUDGET_BYTES = 500e6
 REQUESTS = 100_000
@@ -54,3 +54,10 @@ def test_chunks_keep_order_ttft_and_clamped_counts(chunks):
     assert list(rec.chunk_tokens) == [min(t, 65535) for _, t in sorted(chunks)]
     # float32: 8 us resolution at 100 s, ~40 us at 600 s.
     assert all(abs(a - o) <= 6e-5 for a, (o, _) in zip(rec.chunk_offsets_s, sorted(chunks)))
+
+
+@given(st.lists(st.integers(0, 2**32 - 1), max_size=300))
+def test_prompts_keep_their_token_ids_exactly_in_two_or_four_bytes(ids):
+    spec = RequestSpec(ids, 8)
+    assert list(spec.input_ids) == ids and spec.input_len == len(ids)
+    assert spec.input_ids.itemsize == (2 if max(ids, default=0) < 65536 else 4)

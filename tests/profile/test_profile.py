@@ -41,6 +41,8 @@ def test_minimal_profile_gets_defaults_and_readable_id():
 def test_client_processes_default_to_one_and_accept_up_to_concurrency():
     assert parse(MINIMAL).workloads[0].client_processes == 1
     assert parse(MINIMAL.replace("output_len = 8", "output_len = 8\nclient_processes = 4")).workloads[0].client_processes == 4
+    auto = parse(MINIMAL.replace("output_len = 8", 'output_len = 8\nclient_processes = "auto"'))
+    assert auto.workloads[0].client_processes == "auto"
 
 
 def test_finite_rate_is_part_of_the_id():
@@ -64,7 +66,8 @@ def test_finite_rate_is_part_of_the_id():
         (("output_len = 8", ""), ["'output_len'", "missing"]),
         (("output_len = 8", "output_len = 8\n[gate]\nalpha = 2"), ["[gate]", "'alpha'", "between 0 and 1"]),
         (("kind", "= broken"), ["not valid TOML"]),
-        (("output_len = 8", "output_len = 8\nclient_processes = 0"), ["'client_processes'", "integer >= 1", "got 0"]),
+        (("output_len = 8", "output_len = 8\nclient_processes = 0"), ["'client_processes'", 'integer >= 1 or "auto"', "got 0"]),
+        (("output_len = 8", 'output_len = 8\nclient_processes = "many"'), ["'client_processes'", 'or "auto"', "got 'many'"]),
         (("output_len = 8", "output_len = 8\nclient_processes = 5"), ["'client_processes'", "concurrency = 4", "at most 4"]),
     ],
 )

@@ -16,6 +16,7 @@ import pytest
 
 from perfgate.sim._options import parse_options
 from perfgate.sim._server import plan_faults
+from tests.sim.conftest import start_sim
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 FAST = ("--time-scale", "0.01", "--startup-delay-s", "0")
@@ -218,3 +219,23 @@ def test_port_in_use_exits_1_without_claiming_readiness() -> None:
     assert proc.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in proc.stderr
     assert "ready to roll" not in proc.stdout
+
+
+def test_the_simulator_takes_the_open_file_limit_it_is_allowed(tmp_path) -> None:
+    resource = pytest.importorskip("resource")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard <= 256:
+        pytest.skip(f"the hard open-file limit ({hard}) leaves nothing to raise")
+    # Children inherit limits: start the simulator under a soft limit of 256.
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+    try:
+        sim = start_sim(tmp_path, *FAST)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    try:
+        sim.wait_ready()
+        line = next(x for x in Path(f"/proc/{sim.proc.pid}/limits").read_text().splitlines() if x.startswith("Max open files"))
+        got_soft, got_hard = line.split()[3:5]
+        assert got_soft == got_hard != "256", line
+    finally:
+        sim.stop()

@@ -1,9 +1,18 @@
-"""Load: seeded exact-length prompts, pacing, and a streaming client that measures itself."""
+"""Load: seeded exact-length prompts, pacing, and a streaming client that measures itself.
 
-from perfgate.load._client import ClientLimits, ClientStats, LoadRun, Progress
+The modules, in the order a repeat runs through them: ``_dataset`` (prompts and arrival
+times), ``_backends`` (each API's request body and chunk format), ``_stream`` (one request,
+streamed, into a ``_records.RequestRecord``), ``_phase`` (warmup, cache flush and the
+measured phase under the workload's concurrency), ``_selfcheck`` (the client's own CPU and
+loop lag), ``_shard`` (the measured phase over several processes) and ``_run``
+(``run_workload``: the plan built once, one process or several, one LoadRun).
+"""
+
 from perfgate.load._dataset import RequestSpec, arrival_offsets_s, make_requests
+from perfgate.load._phase import Progress
 from perfgate.load._records import RequestRecord
-from perfgate.load._run import run_workload
+from perfgate.load._run import LoadRun, run_workload
+from perfgate.load._selfcheck import ClientLimits, ClientStats
 
 __all__ = [
     "ClientLimits",

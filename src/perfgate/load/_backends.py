@@ -74,8 +74,10 @@ def _error_text(obj: Any) -> str:
     return str(obj)[:200]
 
 
-_CT_KEY = b'"completion_tokens"'
-_FR_KEY = b'"finish_reason"'
+# Keys as orjson writes them (SGLang's compact layout); any other spacing takes the JSON path.
+_META_KEY = b'"meta_info":{'
+_CT_KEY = b'"completion_tokens":'
+_FR_KEY = b'"finish_reason":'
 
 
 def _running_completion_tokens(payload: bytes) -> int | None:
@@ -84,29 +86,37 @@ def _running_completion_tokens(payload: bytes) -> int | None:
 
     /generate chunks repeat the whole text and output_ids so far, so a JSON parse per chunk
     costs O(length) and would dominate the client's CPU. Inside a JSON string every ``"`` is
-    escaped, so a quoted name followed by ``:`` is always an object key, and a quoted name
-    anywhere is a key or a whole string value. The fast path is taken only for a chunk closed
-    by ``}`` in which ``"completion_tokens"`` appears once, as a key holding a whole
-    non-negative integer, ``"finish_reason"`` appears once, as a key holding null (so the
-    final chunk, whose reason is kept, is parsed), and no ``"error"`` string appears. Every
-    other chunk, including other whitespace styles, goes through json.loads. The rest of the
-    chunk is not validated.
+    escaped, so a quoted name followed by ``:`` is always an object key. The fast path is taken
+    only when the chunk ends with its ``meta_info`` object (SGLang's layout) and that object
+    is flat (no ``}`` inside it, so its keys are its own; with duplicate keys the last one
+    counts, as in json.loads), holds ``"finish_reason"`` as null (so the final chunk, whose
+    reason is kept, is parsed) and ``"completion_tokens"`` as a whole non-negative integer,
+    and no ``"error"`` string comes before it. Every other chunk, including other whitespace
+    styles, goes through json.loads. The rest of the chunk is not validated. One scan covers
+    the text and output_ids (for ``"error"``); the rest reads the short tail, with as few
+    calls as it can: in CPython a call costs more than scanning a kilobyte.
     """
-    if not payload.endswith(b"}") or b'"error"' in payload:
+    last = len(payload) - 1
+    if last < 1 or payload[last] != 0x7D:  # '}'
         return None
-    fr = payload.rfind(_FR_KEY)
-    ct = payload.rfind(_CT_KEY)
-    if fr < 0 or ct < 0 or payload.find(_FR_KEY) != fr or payload.find(_CT_KEY) != ct:
+    meta = payload.rfind(_META_KEY)
+    if meta < 0 or payload.find(b"}", meta) != last - 1:
         return None
-    fr += len(_FR_KEY)
-    if not (payload.startswith(b":null", fr) or payload.startswith(b": null", fr)):
+    fr = payload.rfind(_FR_KEY, meta)
+    ct = payload.rfind(_CT_KEY, meta)
+    if fr < 0 or ct < 0 or not payload.startswith(b"null", fr + len(_FR_KEY)):
         return None
     ct += len(_CT_KEY)
-    if payload[ct] != 0x3A:  # ':'
+    comma = payload.find(b",", ct, last)
+    number = payload[ct : comma if comma >= 0 else last - 1]
+    if not number.isdigit():
+        # JSON allows whitespace around a number; int() would also take signs and underscores.
+        number = number.strip()
+        if not number.isdigit():
+            return None
+    if payload.find(b'"error"', 0, meta) >= 0:
         return None
-    comma, brace = payload.find(b",", ct), payload.find(b"}", ct)
-    number = payload[ct + 1 : comma if 0 <= comma < brace else brace].strip()
-    return int(number) if number.isdigit() else None
+    return int(number)
 
 
 class SGLangBackend(Backend):
@@ -118,7 +128,7 @@ class SGLangBackend(Backend):
     def body(self, spec: RequestSpec, max_tokens: int) -> dict[str, Any]:
         return self._merge(
             {
-                "input_ids": spec.input_ids,
+                "input_ids": list(spec.input_ids),
                 "sampling_params": {"max_new_tokens": max_tokens, "ignore_eos": self.ignore_eos, "temperature": 0.0},
                 "stream": True,
             }
@@ -128,10 +138,12 @@ class SGLangBackend(Backend):
         ct = _running_completion_tokens(payload)
         if ct is None:
             return self.feed_parsed(json.loads(payload), state)
-        new = max(ct - (state.server_tokens or 0), 0)
+        new = ct - (state.server_tokens or 0)
         state.server_tokens = ct
-        state.tokens += new
-        return new
+        if new > 0:
+            state.tokens += new
+            return new
+        return 0
 
     @staticmethod
     def feed_parsed(obj: Any, state: StreamState) -> int:
@@ -209,7 +221,7 @@ class OpenAICompletionsBackend(_OpenAIBackend):
         return self._merge(
             {
                 "model": self.model,
-                "prompt": spec.input_ids,
+                "prompt": list(spec.input_ids),
                 "max_tokens": max_tokens,
                 "temperature": 0.0,
                 "ignore_eos": self.ignore_eos,

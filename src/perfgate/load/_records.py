@@ -35,7 +35,7 @@ class RequestRecord:
         if self.ttft_s is None:
             self.ttft_s = offset_s
         self.chunk_offsets_s.append(offset_s)
-        self.chunk_tokens.append(min(tokens, 65535))
+        self.chunk_tokens.append(tokens if tokens < 65535 else 65535)
 
     def spread_tokens(self, total: int) -> None:
         """Give the chunks ``total`` tokens in all, evenly (the remainder to the last chunks).

@@ -1,18 +1,43 @@
-"""run_workload: one workload, in this process or sharded over several."""
+"""run_workload: one repeat of a workload, in this process or sharded over several, as one LoadRun."""
 
 from __future__ import annotations
 
-import asyncio
 import os
-from collections.abc import Callable
+import time
+from dataclasses import dataclass, field, replace
 
 from perfgate.errors import LoadError
 from perfgate.load._backends import BACKENDS
-from perfgate.load._client import ClientLimits, LoadRun, Progress, run_single
-from perfgate.load._shard import run_sharded
+from perfgate.load._loop import run as run_loop
+from perfgate.load._phase import Measurement, ProgressSink, measure, measured_jobs, prepared, warm_up
+from perfgate.load._plan import LoadPlan
+from perfgate.load._records import RequestRecord
+from perfgate.load._selfcheck import ClientLimits, ClientStats, merge_client_stats
+from perfgate.load._shard import run_sharded, worker_concurrency
+from perfgate.load._sizing import check_ports, ensure_fds, size_client, usable_cpus
+from perfgate.load._stream import Streamer
 from perfgate.profile import Workload
 
 _DEFAULT_LIMITS = ClientLimits()
+
+
+@dataclass(frozen=True)
+class LoadRun:
+    """Everything the client saw of one measured run of a workload (warmup excluded)."""
+
+    workload: str
+    backend: str
+    start_s: float
+    end_s: float
+    records: list[RequestRecord]
+    client: ClientStats
+    warmup_requests: int
+    flushed_cache: bool
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_s - self.start_s
 
 
 def run_workload(
@@ -23,28 +48,39 @@ def run_workload(
     api_key_env: str = "",
     admin_api_key_env: str = "",
     limits: ClientLimits = _DEFAULT_LIMITS,
-    on_progress: Callable[[Progress], None] | None = None,
+    on_progress: ProgressSink | None = None,
     repeat: int = 0,
     keep_alive: bool = True,
 ) -> LoadRun:
     """Run ``workload`` (warmup, optional cache flush, measured phase) against ``base_url``.
 
-    With ``workload.client_processes`` > 1 the measured phase is sharded over that many
-    spawned processes and their records merged. ``repeat`` changes the prompts' seed so
-    repeats do not hit identical prompts. ``api_key_env`` / ``admin_api_key_env`` name the
-    variables holding the bearer tokens of the requests / of the cache flush (an admin
-    endpoint; the API key when no admin key is named). ``keep_alive`` = False gives every
-    request a connection of its own.
+    The measured phase runs in this process or over ``workload.client_processes`` spawned
+    processes ("auto": as many as the warmup says the client needs), their records merged.
+    ``repeat`` changes the prompts' seed so repeats do not hit identical prompts.
+    ``api_key_env`` / ``admin_api_key_env`` name the variables holding the bearer tokens of the
+    requests / of the cache flush (an admin endpoint; the API key when no admin key is named).
+    ``keep_alive`` = False gives every request a connection of its own.
     """
-    headers = _bearer(workload, api_key_env, "api_key_env")
-    flush_headers = _bearer(workload, admin_api_key_env, "admin_api_key_env") if admin_api_key_env else None
-    seed_offset = repeat * 7_777
-    if workload.client_processes > 1:
-        return run_sharded(base_url, workload, model, headers, limits, on_progress, seed_offset, keep_alive, flush_headers)
+    n = workload.client_processes
+    if n != "auto" and n > workload.concurrency:
+        raise LoadError(
+            f"workload {workload.name}: client_processes = {n} cannot share concurrency = {workload.concurrency}; "
+            f"use at most {workload.concurrency} processes"
+        )
     backend = BACKENDS[workload.backend](model, workload.ignore_eos, workload.extra_body)
-    return asyncio.run(
-        run_single(base_url, workload, backend, headers, limits, on_progress, seed_offset, keep_alive, flush_headers)
+    flush_headers = _bearer(workload, admin_api_key_env, "admin_api_key_env") if admin_api_key_env else None
+    plan = LoadPlan(
+        base_url, workload, backend, _bearer(workload, api_key_env, "api_key_env"), limits, repeat * 7_777, keep_alive, flush_headers
     )
+    check_ports(plan)
+    notes = []
+    if n != "auto":
+        # A fixed count fails on the host's limits before anything runs.
+        notes.append(ensure_fds(plan, worker_concurrency(workload.concurrency, n, 0), n))
+    measured = run_loop(_warm_then_measure(plan, on_progress, notes))
+    if not measured.parts:
+        measured = run_sharded(plan, measured, on_progress)
+    return _load_run(plan, measured)
 
 
 def _bearer(workload: Workload, variable: str, setting: str) -> dict[str, str]:
@@ -54,3 +90,52 @@ def _bearer(workload: Workload, variable: str, setting: str) -> dict[str, str]:
     if not token:
         raise LoadError(f"workload {workload.name}: environment variable {variable} (server.{setting}) is not set; export the API token there")
     return {"Authorization": f"Bearer {token}"}
+
+
+async def _warm_then_measure(plan: LoadPlan, on_progress: ProgressSink | None, notes: list[str]) -> Measurement:
+    """Warm up and size the client here, then measure here when one process is enough; else the
+    Measurement comes back without parts, for the shards to measure."""
+    workload = plan.workload
+    async with Streamer(plan) as streamer:
+        warm = await warm_up(streamer, on_progress)
+        sizing = size_client(plan, warm.cost, usable_cpus())
+        notes = [*notes, *warm.notes, ensure_fds(plan, worker_concurrency(workload.concurrency, sizing.processes, 0), sizing.processes)]
+        if sizing.shortfall:
+            notes.append(sizing.shortfall)
+        notes = [note for note in notes if note]
+        if sizing.processes > 1:
+            return Measurement(notes, sizing)
+        jobs = measured_jobs(plan)
+        async with prepared(streamer, jobs, workload.concurrency):
+            start = time.monotonic()
+            part = await measure(streamer, jobs, workload.concurrency, start, on_progress)
+    return Measurement(notes, sizing, start, [part])
+
+
+def _load_run(plan: LoadPlan, measured: Measurement) -> LoadRun:
+    parts = measured.parts
+    end = max(p.end_s for p in parts)
+    notes = list(measured.notes)
+    if len(parts) == 1:
+        records, client = parts[0].records, parts[0].client
+    else:
+        records = sorted((r for p in parts for r in p.records), key=lambda r: r.index)
+        client = merge_client_stats([p.client for p in parts], end - measured.start_s)
+        notes.append(f"client sharded over {len(parts)} processes")
+    retried = sum(p.retried for p in parts)
+    if retried:
+        notes.append(
+            f"{retried} request(s) were sent again on a fresh connection: a reused keep-alive connection failed "
+            "before any answer (the server closes idle connections); [server] keep_alive = false avoids reuse"
+        )
+    return LoadRun(
+        workload=plan.workload.name,
+        backend=plan.backend.name,
+        start_s=measured.start_s,
+        end_s=end,
+        records=records,
+        client=replace(client, processes=len(parts), sizing=measured.sizing.reason),
+        warmup_requests=plan.workload.warmup_requests,
+        flushed_cache=plan.workload.flush_cache,
+        notes=notes,
+    )

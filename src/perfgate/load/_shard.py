@@ -1,9 +1,9 @@
-"""A workload sharded over several client processes, for rates one process cannot sustain.
+"""A repeat sharded over several client processes, for rates one process cannot sustain.
 
-The parent process runs the warmup and the cache flush, then releases every worker at one
-shared start time. Worker ``k`` of ``n`` sends requests ``k, k + n, ...`` of the one arrival
-schedule with ``concurrency / n`` streams (the remainder spread over the first workers) and
-measures its own CPU and event-loop lag. Timestamps are time.monotonic(), one clock for every
+The parent process has run the warmup and the cache flush (and sized the client); it spawns the
+workers and releases all of them at one shared start time. Worker ``k`` of ``n`` sends requests
+``k, k + n, ...`` of the one arrival schedule with ``concurrency / n`` streams (the remainder
+spread over the first workers) and measures its own CPU and event-loop lag. Timestamps are time.monotonic(), one clock for every
 process on Linux, so the merged records need no adjustment.
 """
 
@@ -18,23 +18,13 @@ from dataclasses import replace
 from typing import Any
 
 from perfgate.errors import LoadError
-from perfgate.load._backends import BACKENDS
-from perfgate.load._client import (
-    ClientLimits,
-    LoadRun,
-    Measured,
-    Progress,
-    Runner,
-    measure,
-    measured_jobs,
-    merge_client_stats,
-    new_session,
-    prepare,
-    retry_note,
-)
+from perfgate.load._loop import run as run_loop
+from perfgate.load._phase import Measurement, Part, Progress, ProgressSink, measure, measured_jobs, prepared
+from perfgate.load._plan import LoadPlan
+from perfgate.load._stream import Streamer
 from perfgate.profile import Workload
 
-# Spawned interpreters import aiohttp and build their prompts before they report ready.
+# Spawned interpreters import perfgate and build their prompts before they report ready.
 _READY_TIMEOUT_S = 300.0
 # Workers start this long after the release, so that all of them are waiting when it comes.
 _START_MARGIN_S = 0.05
@@ -46,110 +36,51 @@ def worker_concurrency(concurrency: int, workers: int, k: int) -> int:
     return concurrency // workers + (1 if k < concurrency % workers else 0)
 
 
-def _worker(
-    k: int,
-    n: int,
-    base_url: str,
-    workload: Workload,
-    model: str,
-    headers: dict[str, str],
-    limits: ClientLimits,
-    seed_offset: int,
-    keep_alive: bool,
-    out: Any,
-    go: Any,
-    start: Any,
-) -> None:
+def _worker(k: int, n: int, plan: LoadPlan, out: Any, go: Any, start: Any) -> None:
     try:
-        jobs = measured_jobs(workload, seed_offset)[k::n]
-        mine = replace(workload, concurrency=worker_concurrency(workload.concurrency, n, k))
-        backend = BACKENDS[workload.backend](model, workload.ignore_eos, workload.extra_body)
-        runner = Runner(base_url, mine, backend, headers, lambda p: out.put(("progress", k, p)))
-        out.put(("ready", k, None))
-        go.wait()
+        jobs = measured_jobs(plan, k, n)
+        concurrency = worker_concurrency(plan.workload.concurrency, n, k)
 
-        async def run() -> tuple[Measured, int]:
-            try:
-                async with new_session(keep_alive) as session:
-                    return await measure(runner, session, jobs, limits, start.value), runner.retried
-            finally:
-                await runner.aclose()
+        async def run() -> Part:
+            async with Streamer(plan) as streamer, prepared(streamer, jobs, concurrency):
+                out.put(("ready", k, None))
+                # The loop keeps serving the open connections while it waits.
+                await asyncio.get_running_loop().run_in_executor(None, go.wait)
+                return await measure(streamer, jobs, concurrency, start.value, lambda p: out.put(("progress", k, p)))
 
-        out.put(("done", k, asyncio.run(run())))
+        out.put(("done", k, run_loop(run())))
     except BaseException as e:  # noqa: BLE001 - every failure must reach the parent as a message
         out.put(("error", k, f"{type(e).__name__}: {e}"))
 
 
-def run_sharded(
-    base_url: str,
-    workload: Workload,
-    model: str,
-    headers: dict[str, str],
-    limits: ClientLimits,
-    on_progress: Callable[[Progress], None] | None,
-    seed_offset: int,
-    keep_alive: bool = True,
-    flush_headers: dict[str, str] | None = None,
-) -> LoadRun:
-    """Run ``workload`` over ``workload.client_processes`` spawned processes and merge what they saw."""
-    n = workload.client_processes
-    if n > workload.concurrency:
-        raise LoadError(
-            f"workload {workload.name}: client_processes = {n} cannot share concurrency = {workload.concurrency}; "
-            f"use at most {workload.concurrency} processes"
-        )
+def run_sharded(plan: LoadPlan, warmed: Measurement, on_progress: ProgressSink | None) -> Measurement:
+    """The measured phase over ``warmed.sizing.processes`` spawned processes (the warmup is done)."""
+    n = warmed.sizing.processes
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
     go = ctx.Event()
     start = ctx.Value("d", 0.0)
     procs = [
-        ctx.Process(
-            target=_worker,
-            args=(k, n, base_url, workload, model, headers, limits, seed_offset, keep_alive, out, go, start),
-            name=f"perfgate-load-{k + 1}-of-{n}",
-            daemon=True,
-        )
+        ctx.Process(target=_worker, args=(k, n, plan, out, go, start), name=f"perfgate-load-{k + 1}-of-{n}", daemon=True)
         for k in range(n)
     ]
+    workload = plan.workload
     try:
         for p in procs:
             p.start()
-        backend = BACKENDS[workload.backend](model, workload.ignore_eos, workload.extra_body)
-
-        async def warm() -> list[str]:
-            runner = Runner(base_url, workload, backend, headers, on_progress)
-            try:
-                async with new_session(keep_alive) as session:
-                    return await prepare(runner, session, seed_offset, flush_headers)
-            finally:
-                await runner.aclose()
-
-        notes = asyncio.run(warm())
         waiting = _Collector(workload, procs, out)
         waiting.collect("ready", time.monotonic() + _READY_TIMEOUT_S, None)
         start.value = t0 = time.monotonic() + _START_MARGIN_S
         go.set()
-        done: dict[int, tuple[Measured, int]] = waiting.collect("done", None, lambda progress: _report(on_progress, workload, progress, t0))
+        done: dict[int, Part] = waiting.collect("done", None, lambda progress: _report(on_progress, workload, progress, t0))
     finally:
-        for p in procs:
+        started = [p for p in procs if p.pid is not None]
+        for p in started:
             if p.is_alive():
                 p.terminate()
-        for p in procs:
+        for p in started:
             p.join(5.0)
-    parts = {k: m for k, (m, _) in done.items()}
-    records = sorted((r for m in parts.values() for r in m.records), key=lambda r: r.index)
-    end = max(m.end_s for m in parts.values())
-    return LoadRun(
-        workload=workload.name,
-        backend=backend.name,
-        start_s=t0,
-        end_s=end,
-        records=records,
-        client=merge_client_stats([parts[k].client for k in range(n)], end - t0),
-        warmup_requests=workload.warmup_requests,
-        flushed_cache=workload.flush_cache,
-        notes=[*notes, f"client sharded over {n} processes", *retry_note(sum(r for _, r in done.values()))],
-    )
+    return replace(warmed, start_s=t0, parts=[done[k] for k in range(n)])
 
 
 class _Collector:
@@ -203,9 +134,7 @@ class _Collector:
             )
 
 
-def _report(
-    on_progress: Callable[[Progress], None] | None, workload: Workload, parts: dict[int, Progress], t0: float
-) -> None:
+def _report(on_progress: ProgressSink | None, workload: Workload, parts: dict[int, Progress], t0: float) -> None:
     if on_progress is None:
         return
     ps = parts.values()

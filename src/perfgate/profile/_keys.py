@@ -134,6 +134,23 @@ def integer(min_value: int | None = None) -> Check:
     return Check("integer", f">= {min_value}" if min_value is not None else "", convert)
 
 
+def integer_or(word: str, min_value: int) -> Check:
+    """An integer >= ``min_value``, or the string ``word`` (e.g. "auto")."""
+    whole = integer(min_value)
+    expected = f'an integer >= {min_value} or "{word}"'
+
+    def convert(v: Any) -> int | str:
+        if v == word:
+            return word
+        try:
+            number: int = whole.convert(v)
+        except Bad:
+            raise Bad(expected) from None
+        return number
+
+    return Check(f'integer or "{word}"', f'>= {min_value}, or `"{word}"`', convert)
+
+
 def _finite_float(v: Any) -> float | None:
     """``v`` as a float when it is a TOML number that fits one (not NaN), else None."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):

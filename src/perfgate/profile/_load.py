@@ -132,7 +132,7 @@ def parse_profile(text: str, path: Path) -> Profile:
         workload = Workload(**{"name": "", **fields})
         if "name" not in fields:
             workload = replace(workload, name=_workload_id(workload))
-        if workload.client_processes > workload.concurrency:
+        if workload.client_processes != "auto" and workload.client_processes > workload.concurrency:
             raise ctx.fail(where, "client_processes", f"{workload.client_processes} processes cannot share concurrency = {workload.concurrency}; every process needs at least one stream (use at most {workload.concurrency})")
         workloads.append(workload)
     if gate.max_repeats is not None:

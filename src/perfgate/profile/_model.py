@@ -15,6 +15,7 @@ from perfgate.profile._keys import (
     gpu_list,
     id_range,
     integer,
+    integer_or,
     key,
     metric_map,
     nonempty_string,
@@ -134,8 +135,10 @@ class Workload:
     stall_timeout_s: float = key(number(0.0, strict_min=True),
                                  "a stream silent this long fails (a hung server must not hang the gate)", default=600.0)
     # For rates one process cannot sustain without saturating.
-    client_processes: int = key(integer(1), "load-client processes sharing the requests (concurrency / N streams "
-                                "each); at most concurrency", default=1)
+    client_processes: int | Literal["auto"] = key(
+        integer_or("auto", 1), 'load-client processes sharing the requests (concurrency / N streams each), at most '
+        'concurrency; "auto" sizes them from the warmup (client CPU per chunk x expected chunks per second)',
+        default=1)
     extra_body: Mapping[str, object] = key(table, "JSON fields merged into every request body (e.g. generation_config)",
                                            default_factory=dict)
     floors: Mapping[str, float] = key(metric_map(), "absolute floors; override [gate] floors", default_factory=dict)

@@ -96,9 +96,16 @@ def _figure(plt: Any, wl: dict[str, Any]) -> Any:
         axp.set_title("per-GPU power", fontsize=9)
         axp.legend(fontsize=6, ncol=4)
 
-    ok = [r for r in rep["requests"] if not r["error"] and r["ttft_s"] is not None]
-    tpots = [(r["latency_s"] - r["ttft_s"]) / (r["output_tokens"] - 1) * 1000 for r in ok if (r["output_tokens"] or 0) > 1]
-    ttfts = [r["ttft_s"] * 1000 for r in ok]
+    # One pass keeping two numbers a request: the requests' objects (chunk offsets and all)
+    # are made one at a time when the results are written (report/_results.py).
+    tpots: list[float] = []
+    ttfts: list[float] = []
+    for r in rep["requests"]:
+        if r["error"] or r["ttft_s"] is None:
+            continue
+        ttfts.append(r["ttft_s"] * 1000)
+        if (r["output_tokens"] or 0) > 1:
+            tpots.append((r["latency_s"] - r["ttft_s"]) / (r["output_tokens"] - 1) * 1000)
     for col, (name, values, metric) in enumerate((("TPOT", tpots, "mean_tpot_ms"), ("TTFT", ttfts, "mean_ttft_ms"))):
         axh = fig.add_subplot(grid[rows - 1, col])
         axh.hist(values, bins=40, color="tab:blue" if col == 0 else "tab:purple", alpha=0.75)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
+from perfgate.load import RequestRecord
 from perfgate.report._table import render_markdown, rows
 from perfgate.session import RepeatResult, RunSummary, WorkloadResult, window_json
 from perfgate.verdict import MetricRule
@@ -30,8 +32,51 @@ def plain(obj: Any) -> Any:
     return str(obj)
 
 
-def repeat_json(rep: RepeatResult) -> dict[str, Any]:
-    """One measured repeat in full: metrics, client, steady window, timeline, telemetry, every request."""
+def _request_json(r: RequestRecord) -> dict[str, Any]:
+    return {
+        "start_s": r.start_s,
+        "input_tokens": r.input_tokens,
+        "output_tokens": r.output_tokens,
+        "ttft_s": r.ttft_s,
+        "latency_s": r.latency_s,
+        "chunk_offsets_s": [round(x, 6) for x in r.chunk_offsets_s],
+        "chunk_tokens": list(r.chunk_tokens),
+        "error": r.error,
+        "retried": r.retried,
+    }
+
+
+class _Requests(list):  # type: ignore[type-arg]
+    """A repeat's requests as JSON objects, each made when it is read and dropped after.
+
+    json's pure-Python encoder (the one :func:`write_documents` uses: it indents) and the plots
+    see a list (it iterates, has a length and indexes), so the file's content is what a list of
+    dicts gives; but a 100,000-request repeat is written in the memory of one request, not of
+    12.8 million chunk offsets as Python floats (~0.5 GB). The C encoder (json.dumps without
+    indent) reads a list's storage directly and would see it empty: documents for anything but
+    writing keep plain lists (``stream_requests`` False).
+    """
+
+    def __init__(self, records: Sequence[RequestRecord]) -> None:
+        super().__init__()
+        self._records = records
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return map(_request_json, self._records)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [_request_json(r) for r in self._records[i]]
+        return _request_json(self._records[i])
+
+
+def repeat_json(rep: RepeatResult, *, stream_requests: bool = False) -> dict[str, Any]:
+    """One measured repeat in full: metrics, client, steady window, timeline, telemetry, every
+    request (made one at a time as they are read with ``stream_requests``: see ``_Requests``)."""
+    records = rep.load.records
     m = rep.metrics
     return {
         "values": rep.flat_metrics(),
@@ -47,24 +92,11 @@ def repeat_json(rep: RepeatResult) -> dict[str, Any]:
             if rep.telemetry is not None
             else {"not_measured": rep.telemetry_note}
         ),
-        "requests": [
-            {
-                "start_s": r.start_s,
-                "input_tokens": r.input_tokens,
-                "output_tokens": r.output_tokens,
-                "ttft_s": r.ttft_s,
-                "latency_s": r.latency_s,
-                "chunk_offsets_s": [round(x, 6) for x in r.chunk_offsets_s],
-                "chunk_tokens": list(r.chunk_tokens),
-                "error": r.error,
-                "retried": r.retried,
-            }
-            for r in rep.load.records
-        ],
+        "requests": _Requests(records) if stream_requests else [_request_json(r) for r in records],
     }
 
 
-def _workload_json(res: WorkloadResult, rules: tuple[MetricRule, ...]) -> dict[str, Any]:
+def _workload_json(res: WorkloadResult, rules: tuple[MetricRule, ...], stream_requests: bool) -> dict[str, Any]:
     return {
         "workload": res.workload,
         "rules": plain(rules),
@@ -74,11 +106,13 @@ def _workload_json(res: WorkloadResult, rules: tuple[MetricRule, ...]) -> dict[s
         "fingerprint": plain(res.fingerprint),
         "baseline": {"path": res.baseline_path, "note": res.baseline_note, "recorded": res.recorded, "previous": res.previous_values},
         "verdict": plain(res.verdict),
-        "repeats": [repeat_json(r) for r in res.repeats],
+        "repeats": [repeat_json(r, stream_requests=stream_requests) for r in res.repeats],
     }
 
 
-def results_document(summary: RunSummary) -> dict[str, Any]:
+def results_document(summary: RunSummary, *, stream_requests: bool = False) -> dict[str, Any]:
+    """Everything the run measured and decided, as JSON-able data; ``stream_requests`` makes each
+    request's object only when it is read (for :func:`write_documents`)."""
     server = summary.server
     return {
         "schema_version": RESULTS_SCHEMA,
@@ -87,7 +121,7 @@ def results_document(summary: RunSummary) -> dict[str, Any]:
         "server": dict(server.provenance) if server else None,
         "gpus": plain(list(summary.gpus)),
         "telemetry_note": summary.telemetry_note,
-        "workloads": [_workload_json(r, summary.rules.get(r.workload, ())) for r in summary.workloads],
+        "workloads": [_workload_json(r, summary.rules.get(r.workload, ()), stream_requests) for r in summary.workloads],
         "errors": summary.failures,
     }
 
@@ -111,7 +145,11 @@ def write_documents(out_dir: Path, name: str, doc: dict[str, Any], md_name: str,
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     path = out_dir / f"{name}-{stamp}.json"
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(doc, sort_keys=True, indent=1) + "\n")
+    with tmp.open("w", encoding="utf-8") as f:
+        # iterencode writes as it goes; json.dumps would first build the whole text.
+        for piece in json.JSONEncoder(sort_keys=True, indent=1).iterencode(doc):
+            f.write(piece)
+        f.write("\n")
     tmp.replace(path)
     (out_dir / md_name).write_text(md)
     if step_summary:
@@ -122,7 +160,7 @@ def write_documents(out_dir: Path, name: str, doc: dict[str, Any], md_name: str,
 
 def write_results(summary: RunSummary, out_dir: Path, *, step_summary: str | None = None) -> list[Path]:
     """Write results.json and summary.md (and PNG plots with the ``plots`` extra); return the paths."""
-    doc = results_document(summary)
+    doc = results_document(summary, stream_requests=True)
     written = write_documents(out_dir, f"results-{summary.profile_name}", doc, "summary.md", markdown_summary(summary), step_summary)
     from perfgate.report._plots import write_plots
 

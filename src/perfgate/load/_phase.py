@@ -1,0 +1,228 @@
+"""The phases of a repeat: warmup (and the optional cache flush), then the measured phase with
+the client's self-measurement. Each runs a list of jobs under the workload's concurrency and
+arrival schedule on one event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import math
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from itertools import islice
+from dataclasses import dataclass, field
+
+from perfgate.errors import LoadError
+from perfgate.load._dataset import RequestSpec, arrival_offsets_s, make_requests
+from perfgate.load._loop import loop_name
+from perfgate.load._plan import LoadPlan
+from perfgate.load._records import RequestRecord
+from perfgate.load._selfcheck import ClientStats, LagMonitor, client_stats
+from perfgate.load._sizing import Sizing, WarmupCost
+from perfgate.load._stream import Streamer
+
+# Warmup requests are capped like bench_serving's: enough to exercise every path, cheap to run.
+_WARMUP_OUTPUT_CAP = 32
+_PROGRESS_EVERY_S = 0.5
+_YIELD_EVERY = 256
+
+Job = tuple[int, RequestSpec, float]
+"""A request to send: its record index, the request, its send time in seconds after the phase start."""
+
+
+@dataclass(frozen=True)
+class Progress:
+    done: int
+    total: int
+    in_flight: int
+    errors: int
+    output_tokens: int
+    elapsed_s: float
+    warmup: bool
+
+
+ProgressSink = Callable[[Progress], None]
+
+
+@dataclass(frozen=True)
+class Part:
+    """What one client process measured: its records, when its last request ended, its own cost,
+    and how many requests it sent again on a fresh connection."""
+
+    records: list[RequestRecord]
+    end_s: float
+    client: ClientStats
+    retried: int
+
+
+def measured_jobs(plan: LoadPlan, k: int = 0, n: int = 1) -> deque[Job]:
+    """Shard ``k`` of ``n`` of the measured phase's requests (requests k, k + n, ...) with their
+    record indices and send offsets in the one arrival schedule."""
+    specs = make_requests(plan.workload, plan.workload.num_prompts, seed_offset=plan.seed_offset)
+    jobs = zip(range(len(specs)), specs, arrival_offsets_s(plan.workload, len(specs)))
+    return deque(islice(jobs, k, None, n))
+
+
+@asynccontextmanager
+async def prepared(streamer: Streamer, jobs: deque[Job], concurrency: int) -> AsyncIterator[None]:
+    """The moments before a measured phase, and the phase itself.
+
+    Requests that are all due at once (request_rate = inf) find their keep-alive connections
+    open: thousands of connects inside the measured phase would be the client's own work,
+    added to the first requests' TTFT. And the garbage collector stops walking every object
+    allocated so far (prompts, modules): its full collections stalled the event loop for up
+    to 0.3 s with 8,192 streams.
+    """
+    plan = streamer.plan
+    if plan.keep_alive and math.isinf(plan.workload.request_rate):
+        await streamer.pool.preconnect(min(concurrency, len(jobs)))
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+async def run_phase(
+    streamer: Streamer,
+    jobs: deque[Job],
+    concurrency: int,
+    *,
+    cap: int | None,
+    warmup: bool,
+    on_progress: ProgressSink | None,
+    start_s: float | None = None,
+) -> list[RequestRecord]:
+    """Run ``jobs`` (record index, request, send offset from ``start_s``, default now) with at most
+    ``concurrency`` in flight; ``cap`` limits output lengths (warmup). Returns the records in
+    the jobs' order.
+
+    ``jobs`` is consumed as requests are sent, and a finished request keeps only its record:
+    memory holds the prompts not yet sent, the requests in flight and the records.
+    """
+    total = len(jobs)
+    records: list[RequestRecord | None] = [None] * total
+    sem = asyncio.Semaphore(concurrency)
+    in_flight: set[asyncio.Task[None]] = set()
+    t0 = time.monotonic() if start_s is None else start_s
+    counters = streamer.counters
+    counters.done = counters.errors = counters.output_tokens = 0
+
+    def snapshot() -> Progress:
+        c = counters
+        return Progress(c.done, total, c.in_flight, c.errors, c.output_tokens, time.monotonic() - t0, warmup)
+
+    async def report() -> None:
+        while on_progress is not None:
+            await asyncio.sleep(_PROGRESS_EVERY_S)
+            on_progress(snapshot())
+
+    async def limited(position: int, i: int, spec: RequestSpec) -> None:
+        try:
+            records[position] = await streamer.one(i, spec, min(spec.output_len, cap) if cap else spec.output_len)
+        finally:
+            sem.release()
+
+    ticker = asyncio.get_running_loop().create_task(report())
+    try:
+        for position in range(total):
+            i, spec, at = jobs.popleft()
+            delay = t0 + at - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await sem.acquire()
+            task = asyncio.create_task(limited(position, i, spec))
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)
+            if position % _YIELD_EVERY == _YIELD_EVERY - 1:
+                # Thousands of requests due at once: let the loop read answers (and time its
+                # own lag) between batches of sends, as one loop iteration would otherwise take
+                # them all.
+                await asyncio.sleep(0)
+        while in_flight:
+            await asyncio.gather(*in_flight)
+        return [r for r in records if r is not None]
+    finally:
+        ticker.cancel()
+        for t in in_flight:
+            t.cancel()
+        if on_progress:
+            on_progress(snapshot())
+
+
+@dataclass(frozen=True)
+class Warmup:
+    """What the warmup left: notes for the run, and its cost (None without warmup requests)."""
+
+    notes: list[str]
+    cost: WarmupCost | None
+
+
+async def warm_up(streamer: Streamer, on_progress: ProgressSink | None) -> Warmup:
+    """Warmup, then the optional cache flush and settle.
+
+    Warmup failures follow the measured phase's rule: more than ``max_error_rate`` of them
+    is a LoadError (the server is not serving this workload), fewer are a note.
+    """
+    plan = streamer.plan
+    workload = plan.workload
+    notes: list[str] = []
+    cost = None
+    if workload.warmup_requests:
+        warm = make_requests(workload, workload.warmup_requests, seed_offset=plan.seed_offset + 1_000_000)
+        jobs = deque((i, s, 0.0) for i, s in enumerate(warm))
+        cpu0 = time.process_time()
+        records = await run_phase(
+            streamer, jobs, workload.concurrency, cap=_WARMUP_OUTPUT_CAP, warmup=True, on_progress=on_progress
+        )
+        cost = WarmupCost.of(records, time.process_time() - cpu0)
+        failed = [r for r in records if r.error]
+        if failed:
+            what = f"{len(failed)} of {len(records)} warmup requests to {plan.url} failed; first: {failed[0].error}"
+            if len(failed) / len(records) > workload.max_error_rate:
+                allowed = f" (allowed error rate {workload.max_error_rate:.1%})" if workload.max_error_rate else ""
+                raise LoadError(f"workload {workload.name}: {what}{allowed}")
+            notes.append(f"{what} (within the allowed error rate {workload.max_error_rate:.1%})")
+    if workload.flush_cache:
+        await streamer.flush_cache()
+        # bench_serving sleeps after a flush so the server is idle when timing starts.
+        await asyncio.sleep(1.0)
+    streamer.counters.retried = 0
+    return Warmup(notes, cost)
+
+
+async def measure(
+    streamer: Streamer,
+    jobs: deque[Job],
+    concurrency: int,
+    start_s: float,
+    on_progress: ProgressSink | None,
+) -> Part:
+    """Run the measured phase from ``start_s``, watching this process's CPU and event-loop lag."""
+    lag = LagMonitor()
+    lag.start()
+    streamer.counters.chunks = 0
+    cpu0, t0 = time.process_time(), time.monotonic()
+    records = await run_phase(
+        streamer, jobs, concurrency, cap=None, warmup=False, on_progress=on_progress, start_s=start_s
+    )
+    t1, cpu1 = time.monotonic(), time.process_time()
+    await lag.stop()
+    c = streamer.counters
+    stats = client_stats(cpu1 - cpu0, t1 - t0, c.chunks, lag.lags_s, streamer.plan.limits, loop_name())
+    return Part(records, t1, stats, c.retried)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """A repeat as its client processes saw it: notes from the warmup and the host's limits, how
+    many processes measure and why, the measured phase's start (time.monotonic(), one clock for
+    every process on Linux) and one Part per process (none yet while the shards have to run)."""
+
+    notes: list[str]
+    sizing: Sizing
+    start_s: float = 0.0
+    parts: list[Part] = field(default_factory=list)

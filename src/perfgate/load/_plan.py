@@ -1,0 +1,35 @@
+"""What every client process needs to run one repeat of a workload, built once."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from perfgate.load._backends import Backend
+from perfgate.load._selfcheck import ClientLimits
+from perfgate.profile import Workload
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    """One repeat of ``workload`` against ``base_url``.
+
+    Built once by :func:`~perfgate.load.run_workload` (the backend included) and handed as is
+    to every shard's process, so all of them speak to the server in exactly the same way.
+    ``seed_offset`` gives each repeat its own prompts.
+    """
+
+    base_url: str
+    workload: Workload
+    backend: Backend
+    headers: Mapping[str, str]
+    limits: ClientLimits
+    seed_offset: int
+    keep_alive: bool
+    # The cache flush's headers (an admin endpoint); None: the requests' own.
+    flush_headers: Mapping[str, str] | None = None
+
+    @property
+    def url(self) -> str:
+        """Where the generation requests go."""
+        return self.base_url.rstrip("/") + self.backend.path
