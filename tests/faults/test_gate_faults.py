@@ -286,20 +286,22 @@ def test_attach_to_a_wrong_path_fails_fast(gate: Gate, quirky) -> None:
 # -- verdicts that cannot decide --------------------------------------------------------------
 
 
-def _doctored_baseline(gate: Gate, factor_low: float) -> None:
+def _doctored_baseline(gate: Gate) -> None:
     """Record, then rewrite the baseline's repeats so the run sits past the limit but inside the noise:
-    two repeats 10 % better than measured and one far worse."""
+    two repeats 50 % better than measured and one five times worse. The margins hold while the
+    loaded 2-core machine moves the run's throughput between 0.25x and 1.45x of the recording
+    (with +10 % / 0.5x, a 21 % faster rerun once passed)."""
     _recorded(gate)
     (path,) = gate.baselines.rglob("*.json")
     doc = json.loads(path.read_text())
     median = sorted(r["output_throughput"] for r in doc["repeats"])[1]
-    for r, factor in zip(doc["repeats"], (1.10, 1.10, factor_low)):
+    for r, factor in zip(doc["repeats"], (1.5, 1.5, 0.2)):
         r["output_throughput"] = median * factor
     path.write_text(json.dumps(doc, sort_keys=True, indent=2) + "\n")
 
 
 def test_inconclusive_runs_more_repeats_then_fails(gate: Gate) -> None:
-    _doctored_baseline(gate, 0.5)
+    _doctored_baseline(gate)
     outcome = gate.run(gate="max_repeats = 4", tolerance="{ output_throughput = 0.03 }")
     assert outcome.ret == FAILED, outcome.out[-3000:]
     assert "INCONCLUSIVE, the 4 vs 3 repeats cannot tell the change from noise" in outcome.out
@@ -307,7 +309,7 @@ def test_inconclusive_runs_more_repeats_then_fails(gate: Gate) -> None:
 
 
 def test_inconclusive_as_a_warning_passes_and_says_so(gate: Gate) -> None:
-    _doctored_baseline(gate, 0.5)
+    _doctored_baseline(gate)
     outcome = gate.run(gate='max_repeats = 3\ninconclusive = "warn"', tolerance="{ output_throughput = 0.03 }")
     assert outcome.ret == 0, outcome.out[-3000:]
     assert summary_row(outcome.out, "output_throughput").endswith("INCONCLUSIVE (warning)")
