@@ -64,6 +64,8 @@ class SimOptions:
     truncate_rate: float
     short_rate: float
     idle_gpus: int
+    disable_radix_cache: bool
+    prefix_cache_tokens: int
     slowdown: float
     version: str = ""
 
@@ -180,6 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--truncate-rate", type=fraction, default=0.0)
     p.add_argument("--short-rate", type=fraction, default=0.0)
     p.add_argument("--idle-gpus", type=_int_at_least(0), default=0)
+    flag("--disable-radix-cache", "no prefix cache: every prompt token is prefilled (SGLang's flag)")
+    p.add_argument("--prefix-cache-tokens", type=_int_at_least(1), default=defaults.prefix_cache_tokens,
+                   help="prefix-cache budget in tokens; least recently used prefixes are evicted beyond it")
     return p
 
 
