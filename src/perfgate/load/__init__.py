@@ -1,7 +1,15 @@
-"""Load: seeded exact-length prompts, pacing, and a streaming client that measures itself."""
+"""Load: seeded prompts (random, shared-prefix, ShareGPT), pacing, and a streaming client that measures itself."""
 
 from perfgate.load._client import ClientLimits, ClientStats, LoadRun, Progress
-from perfgate.load._dataset import RequestSpec, arrival_offsets_s, make_requests
+from perfgate.load._dataset import (
+    RequestSpec,
+    arrival_offsets_s,
+    check_dataset,
+    dataset_identity,
+    make_requests,
+    system_prompts,
+    text_to_ids,
+)
 from perfgate.load._records import RequestRecord
 from perfgate.load._run import run_workload
 
@@ -13,6 +21,10 @@ __all__ = [
     "RequestRecord",
     "RequestSpec",
     "arrival_offsets_s",
+    "check_dataset",
+    "dataset_identity",
     "make_requests",
     "run_workload",
+    "system_prompts",
+    "text_to_ids",
 ]
