@@ -56,7 +56,8 @@ pytest_plugins = ["pytester"]
 WORKLOAD = "c16-in32-out16"
 GATED = ("mean_tpot_ms", "output_throughput", "p99_tpot_ms", "total_throughput")
 # Measured and shown in every summary, not gated by this profile.
-INFO = ("mean_ttft_ms", "concurrency", "steady_output_throughput", "gpu_power_mean_w", "output_tokens_per_j")
+INFO = ("mean_ttft_ms", "concurrency", "steady_output_throughput", "server_cache_hit_rate", "gpu_power_mean_w",
+        "output_tokens_per_j")
 
 
 def summary_verdicts(out: str) -> dict[tuple[str, str], str]:
@@ -166,7 +167,7 @@ def test_bad_profile_stops_before_anything_boots(gate, pytester):
     profile.write_text('[server]\nkind = "simulator"\n[[workload]]\nnum_prompts = 1\nconcurrency = 0\ninput_len = 1\noutput_len = 1\n')
     result = pytester.runpytest_subprocess(f"--perf-profile={profile}")
     assert result.ret == pytest.ExitCode.INTERRUPTED
-    assert f"perfgate: profile {profile}: [[workload]] #1 key 'concurrency': expected an integer >= 1, got 0" in result.stdout.str()
+    assert f"perfgate: profile {profile}: [[workload]] #1 key 'concurrency': expected an integer >= 1, or a list of them in increasing order (a capacity sweep), got 0" in result.stdout.str()
     out = result.stderr.str() + result.stdout.str()
     assert "Traceback" not in out and "perfgate summary" not in out
 

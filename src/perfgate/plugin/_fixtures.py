@@ -8,10 +8,10 @@ import pytest
 
 from perfgate.errors import PerfgateError
 from perfgate.plugin._benchmark import benchmark_rounds, record
-from perfgate.plugin._gate import GateChecks
+from perfgate.plugin._gate import CapacityChecks, GateChecks
 from perfgate.plugin._progress import ProgressLine
 from perfgate.plugin._state import STATE_KEY
-from perfgate.profile import Profile, Workload
+from perfgate.profile import Profile, Sweep, Workload
 from perfgate.server import RunningServer
 from perfgate.session import Session, WorkloadResult
 
@@ -93,3 +93,17 @@ def perf_gate(request: pytest.FixtureRequest, perf_workload: Workload) -> GateCh
 
 def _has_benchmark(request: pytest.FixtureRequest) -> bool:
     return request.config.pluginmanager.hasplugin("benchmark")
+
+
+@pytest.fixture
+def perf_capacity(request: pytest.FixtureRequest, perf_session: Session, perf_server: RunningServer,
+                  perf_sweep: Sweep) -> CapacityChecks:
+    """The judged capacity of ``perf_sweep``: every load run (once per session), then its capacity."""
+    progress = ProgressLine(request.config, perf_sweep.name)
+    try:
+        result = perf_session.run_sweep(perf_sweep, on_progress=progress)
+    except PerfgateError as e:
+        error = e
+    else:
+        return CapacityChecks(result)
+    request.config.stash[STATE_KEY].fail_once(error, request.node.nodeid)

@@ -120,7 +120,8 @@ def _check_dataset(ctx: _Ctx, where: str, fields: dict[str, Any]) -> None:
     for side in ("input", "output"):
         dist, mean = fields.get(f"{side}_len_distribution"), fields.get(f"{side}_len")
         if dist is not None and dist.kind != "histogram" and not (dist.min <= mean <= (dist.max or mean)):
-            raise ctx.fail(where, f"{side}_len_distribution", f"min {dist.min} and max {dist.max} must enclose the mean {side}_len = {mean}")
+            bounds = f"[{dist.min}, {dist.max if dist.max is not None else 'no max'}]"
+            raise ctx.fail(where, f"{side}_len_distribution", f"the mean {side}_len = {mean} lies outside min and max {bounds}; widen them or move the mean")
     if dataset == "shared-prefix" and "system_prompt_len" not in fields:
         raise ctx.fail(where, "system_prompt_len", 'missing; dataset = "shared-prefix" needs system_prompt_len (tokens of each group\'s shared system prompt)')
 

@@ -4,7 +4,9 @@ One figure per workload, readable without the README: the last repeat's output t
 and requests in flight over time (steady window shaded, the baseline's median throughput
 dashed), per-GPU power when measured (with the baseline's weakest-GPU power), and the TPOT
 and TTFT distributions on axes of their own (at 1024 streams TPOT is ~50 ms while TTFT spans
-0.6-20 s), each with the baseline's value marked. An A/B gets one figure per workload too
+0.6-20 s), each with the baseline's value marked. One figure per sweep: its throughput and
+SLO'd latencies against load, this run solid and the baseline's points dashed, with the SLO
+targets and both capacities marked. An A/B gets one figure per workload too
 (:func:`write_ab_plots`): A and B per round, and B/A per round against the limit.
 """
 
@@ -52,6 +54,9 @@ def write_plots(doc: dict[str, Any], out_dir: Path) -> list[Path]:
         if not wl["repeats"]:
             continue
         written.append(_save(plt, _figure(plt, wl), out_dir / f"{wl['workload']}.png", dpi=110))
+    for sweep in doc.get("sweeps", []):
+        if sweep["points"]:
+            written.append(_sweep_plot(plt, sweep, out_dir))
     return written
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.report._table import render_markdown, rows
-from perfgate.session import RepeatResult, RunSummary, WorkloadResult, window_json
+from perfgate.session import RepeatResult, RunSummary, SweepResult, WorkloadResult, window_json
 from perfgate.verdict import MetricRule
 
 RESULTS_SCHEMA = 1
@@ -39,13 +39,18 @@ def repeat_json(rep: RepeatResult) -> dict[str, Any]:
         "end_s": rep.load.end_s,
         "client": plain(rep.load.client),
         "errors": m.errors,
-        "notes": m.notes,
+        "notes": rep.notes(),
         "steady_window": plain(m.steady),
         "timeline": plain(m.timeline),
         "telemetry": (
             {"window": window_json(rep.telemetry), "aligned_to": rep.telemetry_note, "timeline": rep.telemetry_timeline}
             if rep.telemetry is not None
             else {"not_measured": rep.telemetry_note}
+        ),
+        "server_metrics": (
+            {**plain(rep.server), "output_token_gap": rep.output_token_gap()}
+            if rep.server is not None
+            else {"not_measured": rep.server_note}
         ),
         "requests": [
             {
@@ -78,6 +83,38 @@ def _workload_json(res: WorkloadResult, rules: tuple[MetricRule, ...]) -> dict[s
     }
 
 
+def _sweep_json(sw: SweepResult, rules: tuple[MetricRule, ...]) -> dict[str, Any]:
+    """A sweep's curve and capacity; each point's full repeats are under "workloads" (bisected
+    points, which are no workload of the profile, carry their metrics here)."""
+    return {
+        "sweep": sw.sweep,
+        "axis": sw.axis,
+        "stat": sw.stat,
+        "slo": sw.slo,
+        "rules": plain(rules),
+        "valid": sw.valid,
+        "invalid_reasons": sw.invalid_reasons,
+        "error": sw.error,
+        "notes": sw.notes,
+        "capacities": sw.capacities,
+        "within": sw.within,
+        "fingerprint": plain(sw.fingerprint),
+        "baseline": {"path": sw.baseline_path, "note": sw.baseline_note, "recorded": sw.recorded, "previous": sw.previous_values},
+        "verdict": plain(sw.verdict),
+        "points": [
+            {
+                "load": p.load,
+                "workload": p.workload,
+                "bisected": p.bisected,
+                "medians": plain(p.medians()),
+                "baseline_medians": p.baseline_values,
+                "repeats": [plain(r.flat_metrics()) for r in p.repeats],
+            }
+            for p in sw.points
+        ],
+    }
+
+
 def results_document(summary: RunSummary) -> dict[str, Any]:
     server = summary.server
     return {
@@ -87,7 +124,9 @@ def results_document(summary: RunSummary) -> dict[str, Any]:
         "server": dict(server.provenance) if server else None,
         "gpus": plain(list(summary.gpus)),
         "telemetry_note": summary.telemetry_note,
+        "server_metrics": {"url": summary.server_metrics_url, "note": summary.server_metrics_note},
         "workloads": [_workload_json(r, summary.rules.get(r.workload, ())) for r in summary.workloads],
+        "sweeps": [_sweep_json(s, summary.rules.get(s.sweep, ())) for s in summary.sweeps],
         "errors": summary.failures,
     }
 

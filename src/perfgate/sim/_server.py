@@ -37,6 +37,7 @@ FAIL_LINE = "Initialization failed. warmup error"
 # catches up on missed step time, back to back, up to this much; beyond it the time is lost
 # (counted in /sim/truth). 0.5 s lost ~8% TPOT under a load average of 8; 2 s lost none.
 MAX_LAG_S = 2.0
+GEN_THROUGHPUT_STEPS = 40
 # Chat prompts: words in the messages plus the chat template's tokens.
 CHAT_TOKENS_PER_MESSAGE = 4
 CHAT_TOKENS_PER_PROMPT = 3
@@ -429,7 +430,8 @@ class SimServer:
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
-        self._gen_window: deque[tuple[float, int]] = deque()
+        # SGLang logs its generation throughput every 40 decode steps (--decode-log-interval).
+        self._gen_window: deque[tuple[float, int]] = deque(maxlen=GEN_THROUGHPUT_STEPS + 1)
         self._tasks: list[asyncio.Task[None]] = []
         self.steps = 0
         self.lost_s = 0.0
@@ -509,8 +511,6 @@ class SimServer:
                 if req is not None:
                     req.on_token(now)
             window.append((now, engine.generated_tokens))
-            while window and window[0][0] < now - 5.0:
-                window.popleft()
 
     def submit(self, req: Req, prompt_ids: list[int]) -> None:
         """Queue ``req`` in the engine (ValueError if it can never run)."""
