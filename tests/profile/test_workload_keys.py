@@ -106,6 +106,8 @@ def test_a_request_rate_list_is_a_sweep_too():
     ("concurrency = [2, 8]\nclient_processes = 4\ninput_len = 8\noutput_len = 8\nslo = { ttft_ms = 9 }",
      ["'client_processes': 4 processes cannot share concurrency = 2 at the sweep's first point"]),
     ('concurrency = 4\ninput_len = 8\noutput_len = 8\ncapacity_percentile = "p99"', ["'capacity_percentile': applies to sweeps only"]),
+    ("concurrency = [32, 128]\ninput_len = 8\noutput_len = 8\nslo = { ttft_ms = 9 }",
+     ["'concurrency': 128 is more than num_prompts = 64: at most num_prompts requests can be in flight"]),
 ])
 def test_bad_workload_keys_are_one_line_naming_the_key(workload, fragments):
     message = error(workload)

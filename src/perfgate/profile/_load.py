@@ -147,6 +147,8 @@ def _expand(ctx: _Ctx, where: str, fields: dict[str, Any]) -> tuple[list[Workloa
         return [base], None
     if base.slo is None:
         raise ctx.fail(where, "slo", f"missing; a sweep over {axis} finds the highest load that meets the SLO: add e.g. slo = {{ ttft_ms = 2000, tpot_ms = 100 }}")
+    if axis == "concurrency" and loads[-1] > base.num_prompts:
+        raise ctx.fail(where, "concurrency", f"{loads[-1]:g} is more than num_prompts = {base.num_prompts}: at most num_prompts requests can be in flight, so loads beyond it repeat the same run; raise num_prompts or drop those loads")
     if base.client_processes > min(loads):
         raise ctx.fail(where, "client_processes", f"{base.client_processes} processes cannot share concurrency = {min(loads):g} at the sweep's first point; use at most {min(loads):g}")
     sweep = Sweep(name=base.name, axis=axis, loads=loads, points=(), base=base)  # type: ignore[arg-type]
