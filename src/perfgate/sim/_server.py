@@ -90,7 +90,7 @@ class Req:
     __slots__ = (
         "srv", "rid", "seq", "eid", "stream", "prompt_tokens", "out_len", "model", "arrival",
         "first_t", "last_t", "n", "sent", "fault", "fault_at", "short", "transport",
-        "chunked", "done", "body", "created", "include_usage", "continuous_usage", "_mid", "cached",
+        "chunked", "done", "body", "created", "include_usage", "continuous_usage", "_mid", "cached", "_tail",
     )
 
     def __init__(self, srv: SimServer, seq: int, stream: bool, prompt_tokens: int, out_len: int,
@@ -122,6 +122,7 @@ class Req:
         self._mid = b""
         # Prompt tokens served from the prefix cache, known once the prefill is done.
         self.cached = 0
+        self._tail = b""
 
     # -- called by the engine task once per token -----------------------------------
     def on_token(self, now: float) -> None:
@@ -131,6 +132,7 @@ class Req:
         if n == 1:
             self.first_t = now
             self.cached = srv.engine.cached_tokens(self.eid)
+            self._tail = b',"cached_tokens":%d}}\n\n' % self.cached
             srv.metrics.ttft[self.stream].observe(now - self.arrival)
         else:
             srv.metrics.itl.observe(now - self.last_t)
@@ -200,7 +202,7 @@ class GenerateReq(Req):
         tapes = self.srv.tapes
         return b"".join((
             b'data: {"text":"', tapes.text[: _WORD_LEN * n], b'","output_ids":[',
-            tapes.ids[: tapes.id_offsets[n]], self._mid, b"%d" % n, b',"cached_tokens":%d}}\n\n' % self.cached,
+            tapes.ids[: tapes.id_offsets[n]], self._mid, b"%d" % n, self._tail,
         ))
 
     def meta_info(self, now: float) -> dict[str, object]:
