@@ -46,6 +46,8 @@ sglang:cached_tokens_total{{cache_source="device",model_name="tiny"}} {device}
 sglang:cached_tokens_total{{cache_source="host",model_name="tiny"}} {host}
 """
 
+BROKEN = '# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{model_name="tiny" 3.0\n'
+
 VLLM = """\
 # HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge
@@ -105,8 +107,10 @@ def test_vllm_names_are_read():
 
 def test_text_of_another_exporter_has_no_engine():
     assert parse_server_metrics("# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 3.0\n").engine == ""
+    # Lines perfgate does not read are not even parsed; a broken one it reads is an error.
+    assert parse_server_metrics("not prometheus {{{\n" + sglang()).gauges["running"] == 3.0
     with pytest.raises(ValueError):
-        parse_server_metrics("not prometheus {{{\n")
+        parse_server_metrics(BROKEN)
 
 
 class FakeServer:
@@ -187,6 +191,16 @@ def test_a_run_that_no_scrape_brackets_is_a_telemetry_error():
         m.summarize(0.0, 0.5, 0.0, 0.5)
 
 
+def test_a_scrape_that_does_not_parse_is_skipped_and_named():
+    fake = FakeServer([sglang(), BROKEN, sglang(prompt=1500), sglang(prompt=1500)])
+    m = fake.monitor()
+    for _ in range(3):
+        m.scrape_now()
+    w = m.summarize(1.0, 2.0, 0.5, 2.5)
+    assert w.prompt_tokens == 500.0 and w.counter_end_s == 2.0
+    assert any("answered text that is not Prometheus text" in n for n in w.notes)
+
+
 def test_gauges_without_a_sample_in_the_window_are_not_measured_and_say_why():
     fake = FakeServer([sglang(), sglang(prompt=2000)])
     m = fake.monitor()
@@ -201,7 +215,8 @@ def test_gauges_without_a_sample_in_the_window_are_not_measured_and_say_why():
     (404, "Not Found", r"GET http://sim/metrics answered HTTP 404 \(SGLang serves /metrics only with --enable-metrics\)"),
     (500, "boom", r"answered HTTP 500$"),
     (200, "# TYPE up gauge\nup 1\n", r"serves Prometheus text without sglang:\* or vllm:\* metrics"),
-    (200, "{{{ not prometheus", r"failed: ValueError"),
+    (200, "{{{ not prometheus", r"serves Prometheus text without sglang:\* or vllm:\* metrics"),
+    (200, BROKEN, r"failed: ValueError"),
 ])
 def test_open_names_why_the_metrics_cannot_be_read(status, text, message):
     fake = FakeServer([text], status=status)

@@ -79,8 +79,30 @@ class ServerReading:
     declared: frozenset[str] = frozenset()
 
 
+_NAMES = frozenset({*_COUNTERS, *(n.removesuffix("_total") for n in _COUNTERS), *_GAUGES})
+
+
+def _relevant(text: str) -> str:
+    """The lines of ``text`` about the metrics perfgate reads (SGLang serves ~750 lines; parsing
+    them all would cost the client ~20 ms of CPU per scrape), plus one line telling the engine."""
+    keep = []
+    engine_line = ""
+    for line in text.splitlines():
+        if line.startswith("# "):
+            parts = line.split(" ", 3)
+            name = parts[2] if len(parts) > 2 else ""
+        else:
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in _NAMES:
+            keep.append(line)
+        elif not engine_line and name.startswith(("sglang:", "vllm:")) and line.startswith("# TYPE "):
+            engine_line = line
+    return "\n".join([engine_line, *keep]) + "\n"
+
+
 def parse_server_metrics(text: str) -> ServerReading:
     """Parse a server's Prometheus text; ValueError for text the Prometheus parser rejects."""
+    text = _relevant(text)
     counters: dict[str, float] = {}
     gauge_series: dict[str, dict[frozenset[tuple[str, str]], float]] = {}
     declared: set[str] = set()
@@ -108,11 +130,22 @@ def parse_server_metrics(text: str) -> ServerReading:
     return ServerReading(engine, counters, gauges, frozenset(declared | set(counters)))
 
 
-@dataclass(frozen=True)
 class _Sample:
-    sent_s: float
-    received_s: float
-    reading: ServerReading
+    """One scrape: its text, parsed on first use (after the run, off the client's clock)."""
+
+    __slots__ = ("sent_s", "received_s", "text", "_reading")
+
+    def __init__(self, sent_s: float, received_s: float, text: str) -> None:
+        self.sent_s = sent_s
+        self.received_s = received_s
+        self.text = text
+        self._reading: ServerReading | None = None
+
+    @property
+    def reading(self) -> ServerReading:
+        if self._reading is None:
+            self._reading = parse_server_metrics(self.text)
+        return self._reading
 
 
 @dataclass(frozen=True)
@@ -163,23 +196,24 @@ class ServerMonitor:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def _read(self) -> ServerReading:
+    def _get(self) -> str:
         with self._http_lock:
             response = self._client.get(self.url)
         response.raise_for_status()
-        return parse_server_metrics(response.text)
+        return response.text
 
     def scrape_now(self) -> None:
-        """Scrape once now (the session calls this at the edges of each measured phase)."""
+        """Scrape once now (the session calls this at the edges of each measured phase); the text
+        is kept and parsed when a window is summarised."""
         sent = self._clock()
         try:
-            reading = self._read()
-        except (httpx.HTTPError, ValueError) as err:
+            text = self._get()
+        except httpx.HTTPError as err:
             with self._lock:
                 self._failures.append((sent, f"GET {self.url} failed: {type(err).__name__}: {err}"))
             return
         with self._lock:
-            self._samples.append(_Sample(sent, self._clock(), reading))
+            self._samples.append(_Sample(sent, self._clock(), text))
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="perfgate-server-metrics", daemon=True)
@@ -201,6 +235,8 @@ class ServerMonitor:
         gauge_end_s]``. TelemetryError when no scrape brackets the run."""
         with self._lock:
             samples = list(self._samples)
+        samples = [s for s in samples if self._parses(s)]
+        with self._lock:
             failures = [m for t, m in self._failures if run_start_s <= t <= run_end_s]
         before = [s for s in samples if s.received_s <= run_start_s]
         after = [s for s in samples if s.sent_s >= run_end_s]
@@ -247,6 +283,15 @@ class ServerMonitor:
             notes=tuple(notes),
         )
 
+    def _parses(self, sample: _Sample) -> bool:
+        try:
+            sample.reading
+        except ValueError as err:
+            with self._lock:
+                self._failures.append((sample.sent_s, f"{self.url} answered text that is not Prometheus text: {err}"))
+            return False
+        return True
+
     @staticmethod
     def _cache_hit_rate(delta: Mapping[str, float], inside: Iterable[ServerReading], values: dict[str, float]) -> str:
         """Put ``server_cache_hit_rate`` in ``values`` from the best source; return which one it was."""
@@ -271,7 +316,7 @@ def open_server_monitor(base_url: str, path: str, *, interval_s: float = 0.5,
     the network (tests)."""
     monitor = ServerMonitor(base_url.rstrip("/") + path, interval_s=interval_s, clock=clock, transport=transport)
     try:
-        reading = monitor._read()
+        reading = parse_server_metrics(monitor._get())
     except httpx.HTTPStatusError as err:
         monitor.stop()
         hint = " (SGLang serves /metrics only with --enable-metrics)" if err.response.status_code == 404 else ""
