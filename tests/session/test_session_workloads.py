@@ -133,7 +133,7 @@ SWEEP = """
 [[workload]]
 name = "cap"
 num_prompts = 48
-concurrency = [4, 16, 64]
+concurrency = [4, 16, 48]
 input_len = 32
 output_len = 16
 warmup_requests = 2
@@ -147,7 +147,7 @@ def test_a_sweep_whose_client_set_the_pace_has_no_capacity_to_judge(tmp_path):
         result = s.run_sweep(s.profile.sweeps[0])
     finally:
         s.close()
-    assert result.capacities == [64]
+    assert result.capacities == [48]
     assert not result.valid and len(result.invalid_reasons) == 3
     assert all("the load client, not the server, set the pace" in r for r in result.invalid_reasons)
 
@@ -164,9 +164,9 @@ def test_sweep_bisects_between_the_last_load_within_and_the_first_beyond(tmp_pat
     finally:
         s.close()
     assert [(p.load, p.bisected) for p in result.points] == [
-        (4, False), (16, False), (28, True), (34, True), (40, True), (64, False)]
-    assert result.within == [[True, True, True, False, False, False]]
+        (4, False), (16, False), (24, True), (28, True), (32, True), (48, False)]
+    assert result.within == [[True, True, True, True, False, False]]
     assert result.capacities == [28]
-    assert result.notes == ["bisected: ran concurrency 40 between 16 and 64", "bisected: ran concurrency 28 between 16 and 40",
-                            "bisected: ran concurrency 34 between 28 and 40"]
+    assert result.notes == ["bisected: ran concurrency 32 between 16 and 48", "bisected: ran concurrency 24 between 16 and 32",
+                            "bisected: ran concurrency 28 between 24 and 32"]
     assert result.verdict is not None and result.verdict.metrics[0].status == "no-baseline"
