@@ -71,7 +71,7 @@ STEEP = "step_per_request_ms = 2"
 SWEEP = """
 [[workload]]
 name = "cap"
-num_prompts = 96
+num_prompts = 128
 concurrency = [16, 32, 64, 128]
 input_len = 64
 output_len = 32
@@ -136,7 +136,7 @@ def test_shared_prefix_hits_the_cache_and_the_gate_catches_the_cache_turned_off(
 def test_a_sweep_finds_its_capacity_and_the_gate_catches_a_slowdown_through_it(gate, tmp_path):
     recorded = gate(SWEEP, "--perf-update-baselines", f"--perf-results={tmp_path / 'rec'}", sim=STEEP)
     out = recorded.stdout.str()
-    assert recorded.ret == 0, out
+    assert recorded.ret == 0, out + recorded.stderr.str()
     assert re.search(r"cap +capacity \(concurrency, p90\) +32\.00 +\(none\) +- +recorded", out), out
     doc = json.loads(next((tmp_path / "rec").glob("results-*.json")).read_text())
     (sweep,) = doc["sweeps"]
