@@ -96,12 +96,16 @@ def _has_benchmark(request: pytest.FixtureRequest) -> bool:
 
 
 @pytest.fixture
-def perf_capacity(request: pytest.FixtureRequest, perf_session: Session, perf_server: RunningServer,
-                  perf_sweep: Sweep) -> CapacityChecks:
-    """The judged capacity of ``perf_sweep``: every load run (once per session), then its capacity."""
+def perf_capacity(request: pytest.FixtureRequest, perf_sweep: Sweep) -> CapacityChecks:
+    """The judged capacity of ``perf_sweep``: every load run (once per session), then its capacity.
+    An A/B (--perf-ab) judges workloads round by round, not capacities: skipped there."""
+    if request.config.stash[STATE_KEY].ab_mode:
+        pytest.skip(f"{perf_sweep.name}: --perf-ab judges workloads, not a sweep's capacity; run the gate for it")
+    session: Session = request.getfixturevalue("perf_session")
+    request.getfixturevalue("perf_server")
     progress = ProgressLine(request.config, perf_sweep.name)
     try:
-        result = perf_session.run_sweep(perf_sweep, on_progress=progress)
+        result = session.run_sweep(perf_sweep, on_progress=progress)
     except PerfgateError as e:
         error = e
     else:
