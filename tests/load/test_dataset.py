@@ -146,3 +146,45 @@ def test_an_edited_sharegpt_file_is_read_again(tmp_path):
     assert make_requests(w, 1)[0].prompt_text == "First question asked here"
     path.write_text(json.dumps([conv("A second, longer question asked", "second answer")]))
     assert make_requests(w, 1)[0].prompt_text == "A second, longer question asked"
+
+
+MT = replace(W, dataset="multi-turn", num_turns=4, input_len=20, output_len=6, num_prompts=16)
+
+
+@given(
+    turns=st.integers(1, 5),
+    count=st.integers(0, 23),
+    in_len=st.integers(1, 30),
+    out_len=st.integers(1, 12),
+    seed=st.integers(0, 10),
+    offset=st.sampled_from([0, 7777]),
+)
+def test_multi_turn_sessions_resend_their_history(turns, count, in_len, out_len, seed, offset):
+    w = replace(MT, num_turns=turns, input_len=in_len, output_len=out_len, seed=seed)
+    reqs = make_requests(w, count, seed_offset=offset)
+    assert len(reqs) == count
+    # Session by session, turn by turn; the last session is cut short when count is not a multiple.
+    assert [(r.session, r.turn) for r in reqs] == [(i // turns, i % turns) for i in range(count)]
+    for prev, r in zip(reqs, reqs[1:]):
+        if r.turn == 0:
+            continue
+        # Turn k: turn k-1's prompt, a reply of its output length, a new user message.
+        assert r.input_ids[: prev.input_len] == prev.input_ids
+        assert r.input_len == prev.input_len + prev.output_len + in_len
+        assert r.pieces[:-2] == prev.pieces and r.pieces[-2:] == (prev.output_len, in_len)
+    for r in reqs:
+        assert sum(r.pieces) == r.input_len and len(r.pieces) == 2 * r.turn + 1
+        assert [m["role"] for m in r.messages()] == ["user", "assistant"] * r.turn + ["user"]
+        assert " ".join(m["content"] for m in r.messages()) == r.text()
+    assert [r.input_ids for r in make_requests(w, count, seed_offset=offset)] == [r.input_ids for r in reqs]
+
+
+def test_multi_turn_sessions_are_new_in_every_repeat_and_start_at_the_session_rate():
+    from perfgate.load import session_offsets_s
+
+    a, b = make_requests(MT, 16), make_requests(MT, 16, seed_offset=7777)
+    assert not {tuple(r.input_ids[:20]) for r in a} & {tuple(r.input_ids[:20]) for r in b}
+    offsets = session_offsets_s(replace(MT, request_rate=2.0, pacing="constant"), a)
+    # One arrival per session (4 sessions at 2/s); a later turn carries its session's offset.
+    assert offsets == [0.0] * 4 + [0.5] * 4 + [1.0] * 4 + [1.5] * 4
+    assert session_offsets_s(replace(W, request_rate=2.0, pacing="constant"), make_requests(W, 3)) == [0.0, 0.5, 1.0]

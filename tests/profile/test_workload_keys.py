@@ -84,7 +84,7 @@ def test_a_request_rate_list_is_a_sweep_too():
     ("concurrency = 4\ninput_len = 8\noutput_len = 8\nsystem_prompt_len = 100",
      ["'system_prompt_len': applies to dataset = \"shared-prefix\", not \"random\"; remove it"]),
     ('concurrency = 4\ndataset = "sharegpt"\ndataset_path = "x.json"\ninput_len = 8',
-     ["'input_len': applies to dataset = \"random\" or \"shared-prefix\", not \"sharegpt\""]),
+     ["'input_len': applies to dataset = \"random\" or \"shared-prefix\" or \"multi-turn\", not \"sharegpt\""]),
     ('concurrency = 4\ndataset = "tweets"', ["'dataset': expected one of 'random', 'shared-prefix', 'sharegpt'"]),
     ('concurrency = 4\ninput_len = 8\noutput_len = 8\ninput_len_distribution = { kind = "normal" }',
      ["'input_len_distribution': expected { kind = \"normal\", stddev = N (> 0), min = N, max = N } (min and max optional)"]),
@@ -127,3 +127,32 @@ def test_a_sweep_and_a_workload_cannot_share_a_name():
 ])
 def test_server_metrics_keys(line, expected):
     assert error("concurrency = 4\ninput_len = 8\noutput_len = 8", f"[telemetry]\n{line}\n").endswith(expected)
+
+
+def test_multi_turn_gets_a_name_and_a_fingerprint_with_its_turns():
+    (w,) = parse('concurrency = 8\ndataset = "multi-turn"\nnum_turns = 4\nthink_time_s = 0.5\n'
+                 "input_len = 64\noutput_len = 32").workloads
+    assert w.name == "c8-mt4-in64-out32"
+    assert w.spec()["dataset"] == "multi-turn" and w.spec()["num_turns"] == 4 and w.spec()["think_time_s"] == 0.5
+
+
+@pytest.mark.parametrize(
+    ("workload", "expected"),
+    [
+        ('concurrency = 8\ndataset = "multi-turn"\ninput_len = 64\noutput_len = 32',
+         '[[workload]] #1 key \'num_turns\': missing; dataset = "multi-turn" needs num_turns (requests per chat session)'),
+        ('concurrency = 8\ndataset = "multi-turn"\nnum_turns = 5\ninput_len = 64\noutput_len = 32',
+         "[[workload]] #1 key 'num_prompts': 64 is not a multiple of num_turns = 5: every chat session runs all its turns; "
+         "use e.g. num_prompts = 60"),
+        ('concurrency = 8\ndataset = "multi-turn"\nnum_turns = 4\ninput_len = 64\noutput_len = 32\nclient_processes = 2',
+         '[[workload]] #1 key \'client_processes\': dataset = "multi-turn" runs in one client process'),
+        ("concurrency = 8\nnum_turns = 4\ninput_len = 64\noutput_len = 32",
+         '[[workload]] #1 key \'num_turns\': applies to dataset = "multi-turn", not "random"; remove it'),
+        ('concurrency = 8\ndataset = "shared-prefix"\nsystem_prompt_len = 9\nthink_time_s = 1\ninput_len = 64\noutput_len = 32',
+         '[[workload]] #1 key \'think_time_s\': applies to dataset = "multi-turn", not "shared-prefix"; remove it'),
+        ('concurrency = 8\ndataset = "multi-turn"\nnum_turns = 4\nthink_time_s = -1\ninput_len = 64\noutput_len = 32',
+         "[[workload]] #1 key 'think_time_s': expected a number >= 0"),
+    ],
+)
+def test_multi_turn_mistakes_name_the_key(workload, expected):
+    assert expected in error(workload)

@@ -170,3 +170,45 @@ def test_sweep_bisects_between_the_last_load_within_and_the_first_beyond(tmp_pat
     assert result.notes == ["bisected: ran concurrency 32 between 16 and 48", "bisected: ran concurrency 24 between 16 and 32",
                             "bisected: ran concurrency 28 between 24 and 32"]
     assert result.verdict is not None and result.verdict.metrics[0].status == "no-baseline"
+
+
+MULTI_TURN = """
+[[workload]]
+name = "chat"
+dataset = "multi-turn"
+num_prompts = 24
+num_turns = 4
+think_time_s = 0.2
+concurrency = 3
+input_len = 100
+output_len = 8
+warmup_requests = 0
+"""
+
+
+def test_multi_turn_sessions_wait_think_interleave_and_hit_the_cache(tmp_path):
+    s = session(tmp_path, MULTI_TURN + RANDOM.replace("input_len = 440", "input_len = 262"))
+    try:
+        chat = s.run(s.profile.workload("chat"))
+        random_ = s.run(s.profile.workload("random"))
+    finally:
+        s.close()
+    (rep,) = chat.repeats
+    assert chat.valid, chat.invalid_reasons
+    records = rep.load.records
+    assert [r.input_tokens for r in records] == [100, 208, 316, 424] * 6
+    spans = []
+    for k in range(6):
+        turns = records[4 * k : 4 * k + 4]
+        for prev, nxt in zip(turns, turns[1:]):
+            # The next turn goes after the reply and the think time, never before.
+            assert nxt.start_s >= prev.start_s + prev.latency_s + 0.2 - 1e-3
+        spans.append((turns[0].start_s, turns[-1].start_s + turns[-1].latency_s))
+    # At most 3 sessions at once, and sessions do overlap (3 slots for 6 sessions).
+    edges = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans])
+    running = [sum(d for _, d in edges[: i + 1]) for i in range(len(edges))]
+    assert max(running) == 3
+    hit_chat = rep.flat_metrics()["server_cache_hit_rate"]
+    hit_random = random_.repeats[0].flat_metrics()["server_cache_hit_rate"]
+    # Turn k finds turn k-1's prompt in the cache: (100 + 208 + 316 - 3) / (100 + 208 + 316 + 424) = 0.59.
+    assert hit_chat == pytest.approx(621 / 1048, abs=0.02) and hit_random < 0.01

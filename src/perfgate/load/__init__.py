@@ -1,4 +1,4 @@
-"""Load: seeded prompts (random, shared-prefix, ShareGPT), pacing, and a streaming client that measures itself."""
+"""Load: seeded prompts (random, shared-prefix, ShareGPT, multi-turn), pacing, and a streaming client that measures itself."""
 
 from perfgate.load._client import ClientLimits, ClientStats, LoadRun, Progress
 from perfgate.load._dataset import (
@@ -7,6 +7,7 @@ from perfgate.load._dataset import (
     check_dataset,
     dataset_identity,
     make_requests,
+    session_offsets_s,
     system_prompts,
     text_to_ids,
 )
@@ -25,6 +26,7 @@ __all__ = [
     "dataset_identity",
     "make_requests",
     "run_workload",
+    "session_offsets_s",
     "system_prompts",
     "text_to_ids",
 ]

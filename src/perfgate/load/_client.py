@@ -17,7 +17,7 @@ import aiohttp
 from perfgate._stats import percentile
 from perfgate.errors import LoadError
 from perfgate.load._backends import Backend, StreamState
-from perfgate.load._dataset import RequestSpec, arrival_offsets_s, make_requests
+from perfgate.load._dataset import RequestSpec, make_requests, session_offsets_s
 from perfgate.load._records import RequestRecord
 from perfgate.profile import Workload
 
@@ -300,7 +300,11 @@ class Runner:
         start_s: float | None = None,
     ) -> list[RequestRecord]:
         """Run ``jobs`` (record index, request, send offset from ``start_s``, default now) under the
-        workload's concurrency; ``cap`` limits output lengths (warmup)."""
+        workload's concurrency; ``cap`` limits output lengths (warmup). Multi-turn: the concurrency
+        counts chat sessions, each sending its turns one after the other (the think time between
+        them, not in warmup), so sessions interleave."""
+        if self.workload.dataset == "multi-turn":
+            return await self._sessions(session, jobs, cap, warmup, start_s)
         sem = asyncio.Semaphore(self.workload.concurrency)
         tasks: list[asyncio.Task[RequestRecord]] = []
         t0 = time.monotonic() if start_s is None else start_s
@@ -321,6 +325,46 @@ class Runner:
                 await sem.acquire()
                 tasks.append(asyncio.create_task(limited(i, spec)))
             return list(await asyncio.gather(*tasks))
+        finally:
+            ticker.cancel()
+            for t in tasks:
+                t.cancel()
+            if self.on_progress:
+                self.on_progress(self.snapshot(len(jobs), t0, warmup))
+
+    async def _sessions(
+        self, session: aiohttp.ClientSession, jobs: list[Job], cap: int | None, warmup: bool, start_s: float | None
+    ) -> list[RequestRecord]:
+        sem = asyncio.Semaphore(self.workload.concurrency)
+        think = 0.0 if warmup else self.workload.think_time_s
+        conversations: dict[int, list[Job]] = {}
+        for job in jobs:
+            conversations.setdefault(job[1].session, []).append(job)
+        tasks: list[asyncio.Task[list[RequestRecord]]] = []
+        t0 = time.monotonic() if start_s is None else start_s
+        self.done = self.errors = self.output_tokens = 0
+        ticker = asyncio.get_running_loop().create_task(self._progress(len(jobs), t0, warmup))
+
+        async def converse(turns: list[Job]) -> list[RequestRecord]:
+            records = []
+            try:
+                for k, (i, spec, _) in enumerate(turns):
+                    if k and think:
+                        await asyncio.sleep(think)
+                    records.append(await self.one(session, i, spec, min(spec.output_len, cap) if cap else spec.output_len))
+                return records
+            finally:
+                sem.release()
+
+        try:
+            for turns in conversations.values():
+                delay = t0 + turns[0][2] - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                await sem.acquire()
+                tasks.append(asyncio.create_task(converse(turns)))
+            done = [r for records in await asyncio.gather(*tasks) for r in records]
+            return sorted(done, key=lambda r: r.index)
         finally:
             ticker.cancel()
             for t in tasks:
@@ -353,7 +397,7 @@ def new_session(keep_alive: bool = True) -> aiohttp.ClientSession:
 def measured_jobs(workload: Workload, seed_offset: int) -> list[Job]:
     """The measured phase's requests with their record indices and send offsets (shared by every shard)."""
     specs = make_requests(workload, workload.num_prompts, seed_offset=seed_offset)
-    return list(zip(range(len(specs)), specs, arrival_offsets_s(workload, len(specs))))
+    return list(zip(range(len(specs)), specs, session_offsets_s(workload, specs)))
 
 
 async def prepare(

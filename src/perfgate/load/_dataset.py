@@ -4,7 +4,8 @@ Prompts are token ids wherever the backend takes them, so lengths are exact. ``r
 draws ids uniformly; ``shared-prefix`` gives each of ``num_groups`` groups one system prompt
 (the same in every repeat and in the warmup, as a deployment's system prompts are) followed
 by a fresh question per request; ``sharegpt`` reads the first two turns of conversations
-from a local file with bench_serving's filters. Lengths follow the workload's distribution:
+from a local file with bench_serving's filters; ``multi-turn`` gives chat sessions whose turn k
+resends the session's k-1 earlier user messages and replies, then a new user message. Lengths follow the workload's distribution:
 uniform in [range_ratio x len, len] (bench_serving's), normal, lognormal or a histogram.
 """
 
@@ -36,11 +37,18 @@ _PIECES = re.compile(r"'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?[^\s\w]+|\s+(
 
 @dataclass(frozen=True, slots=True)
 class RequestSpec:
-    """One request: its prompt as token ids, its output length, and (ShareGPT) its original text."""
+    """One request: its prompt as token ids, its output length, and (ShareGPT) its original text.
+
+    Multi-turn: ``session`` (>= 0) and ``turn`` place it in its chat session, and ``pieces`` are
+    the lengths of the prompt's messages in order (user, assistant, user, ..., user).
+    """
 
     input_ids: list[int]
     output_len: int
     prompt_text: str = ""
+    session: int = -1
+    turn: int = 0
+    pieces: tuple[int, ...] = ()
 
     @property
     def input_len(self) -> int:
@@ -49,7 +57,22 @@ class RequestSpec:
     def text(self) -> str:
         """The prompt for chat backends: the conversation's own text, else one common word per token
         id (lengths are then the server's count of that text)."""
-        return self.prompt_text or " ".join(_WORDS[i % len(_WORDS)] for i in self.input_ids)
+        return self.prompt_text or _words(self.input_ids)
+
+    def messages(self) -> list[dict[str, str]]:
+        """The prompt as chat messages: the multi-turn history as alternating user and assistant
+        messages, else one user message."""
+        if not self.pieces:
+            return [{"role": "user", "content": self.text()}]
+        out, at = [], 0
+        for k, n in enumerate(self.pieces):
+            out.append({"role": "assistant" if k % 2 else "user", "content": _words(self.input_ids[at : at + n])})
+            at += n
+        return out
+
+
+def _words(ids: list[int]) -> str:
+    return " ".join(_WORDS[i % len(_WORDS)] for i in ids)
 
 
 def text_to_ids(text: str, id_range: tuple[int, int] = DEFAULT_TOKEN_ID_RANGE) -> list[int]:
@@ -124,6 +147,39 @@ def _shared_prefix(workload: Workload, count: int, seed_offset: int) -> list[Req
         question = [rng.randrange(lo, hi) for _ in range(_input_len(rng, workload))]
         out.append(RequestSpec(prompts[g] + question, _output_len(rng, workload)))
     return out
+
+
+def _multi_turn(workload: Workload, count: int, seed_offset: int) -> list[RequestSpec]:
+    """Chat sessions of ``num_turns`` requests (the last one shorter when ``count`` is not a
+    multiple), session by session. Turn k's prompt is turn k-1's prompt, its reply and a new user
+    message; the reply is ``output_len`` seeded ids standing in for the server's answer (its
+    length is exact, its text is not the server's: a server that caches its own output finds
+    the history up to the previous prompt)."""
+    rng = _rng(workload, seed_offset, "multi-turn")
+    lo, hi = workload.token_id_range or DEFAULT_TOKEN_ID_RANGE
+    turns = max(1, workload.num_turns)
+    out: list[RequestSpec] = []
+    for session in range(-(-count // turns)):
+        history: list[int] = []
+        pieces: tuple[int, ...] = ()
+        for turn in range(min(turns, count - session * turns)):
+            question = [rng.randrange(lo, hi) for _ in range(_input_len(rng, workload))]
+            output_len = _output_len(rng, workload)
+            prompt = history + question
+            pieces = (*pieces, len(question))
+            out.append(RequestSpec(prompt, output_len, session=session, turn=turn, pieces=pieces))
+            history = prompt + [rng.randrange(lo, hi) for _ in range(output_len)]
+            pieces = (*pieces, output_len)
+    return out
+
+
+def session_offsets_s(workload: Workload, specs: list[RequestSpec]) -> list[float]:
+    """Each request's send offset: arrival_offsets_s per request, or for multi-turn per session
+    (its first turn's; a later turn waits for the turn before it and the think time instead)."""
+    if workload.dataset != "multi-turn":
+        return arrival_offsets_s(workload, len(specs))
+    starts = arrival_offsets_s(workload, max((s.session for s in specs), default=-1) + 1)
+    return [starts[s.session] for s in specs]
 
 
 @dataclass(frozen=True)
@@ -204,7 +260,7 @@ def _sharegpt(workload: Workload, count: int, seed_offset: int) -> list[RequestS
     return out
 
 
-_DATASETS = {"random": _random, "shared-prefix": _shared_prefix, "sharegpt": _sharegpt}
+_DATASETS = {"random": _random, "shared-prefix": _shared_prefix, "sharegpt": _sharegpt, "multi-turn": _multi_turn}
 
 
 def make_requests(workload: Workload, count: int, *, seed_offset: int = 0) -> list[RequestSpec]:

@@ -75,6 +75,8 @@ def _workload_id(w: Workload, concurrency: str) -> str:
     else:
         mean_in = w.input_len if w.input_len is not None else round(w.input_len_distribution.mean())  # type: ignore[union-attr]
         prefix = f"sp{w.num_groups}x{w.system_prompt_len}-" if w.dataset == "shared-prefix" else ""
+        if w.dataset == "multi-turn":
+            prefix = f"mt{w.num_turns}-"
         shape = f"{prefix}in{mean_in}-out{w.output_len}"
     name = f"c{concurrency}-{shape}"
     if isinstance(w.request_rate, tuple):
@@ -90,9 +92,11 @@ _DATASET_KEYS: dict[str, tuple[str, ...]] = {
     "num_groups": ("shared-prefix",),
     "dataset_path": ("sharegpt",),
     "context_len": ("sharegpt",),
-    "input_len": ("random", "shared-prefix"),
-    "input_len_distribution": ("random", "shared-prefix"),
-    "output_len_distribution": ("random", "shared-prefix"),
+    "input_len": ("random", "shared-prefix", "multi-turn"),
+    "input_len_distribution": ("random", "shared-prefix", "multi-turn"),
+    "output_len_distribution": ("random", "shared-prefix", "multi-turn"),
+    "num_turns": ("multi-turn",),
+    "think_time_s": ("multi-turn",),
 }
 
 
@@ -124,6 +128,15 @@ def _check_dataset(ctx: _Ctx, where: str, fields: dict[str, Any]) -> None:
             raise ctx.fail(where, f"{side}_len_distribution", f"the mean {side}_len = {mean} lies outside min and max {bounds}; widen them or move the mean")
     if dataset == "shared-prefix" and "system_prompt_len" not in fields:
         raise ctx.fail(where, "system_prompt_len", 'missing; dataset = "shared-prefix" needs system_prompt_len (tokens of each group\'s shared system prompt)')
+    if dataset == "multi-turn":
+        turns = fields.get("num_turns")
+        if turns is None:
+            raise ctx.fail(where, "num_turns", 'missing; dataset = "multi-turn" needs num_turns (requests per chat session), e.g. num_turns = 4')
+        prompts = fields.get("num_prompts")
+        if isinstance(prompts, int) and prompts % turns:
+            raise ctx.fail(where, "num_prompts", f"{prompts} is not a multiple of num_turns = {turns}: every chat session runs all its turns; use e.g. num_prompts = {max(1, prompts // turns) * turns}")
+        if fields.get("client_processes", 1) > 1:
+            raise ctx.fail(where, "client_processes", 'dataset = "multi-turn" runs in one client process (a session\'s turns wait on each other); remove client_processes')
 
 
 def _expand(ctx: _Ctx, where: str, fields: dict[str, Any]) -> tuple[list[Workload], Sweep | None]:

@@ -38,7 +38,7 @@ Backend = Literal["sglang", "openai-completions", "openai-chat"]
 AutotuneMode = Literal["auto", "force", "off"]
 TelemetryKind = Literal["auto", "nvml", "dcgm", "none"]
 Pacing = Literal["poisson", "constant"]
-Dataset = Literal["random", "shared-prefix", "sharegpt"]
+Dataset = Literal["random", "shared-prefix", "sharegpt", "multi-turn"]
 CapacityStat = Literal["median", "p90", "p95", "p99"]
 SweepAxis = Literal["concurrency", "request_rate"]
 InconclusivePolicy = Literal["fail", "warn"]
@@ -124,12 +124,13 @@ class Workload:
     # A list is a capacity sweep: the loader makes one point workload per value (Profile.sweeps).
     concurrency: int = key(concurrency_or_sweep, "most requests in flight")
     dataset: Dataset = key(choice(*get_args(Dataset)), "where prompts come from: seeded random token ids, groups "
-                           "sharing a system prompt, or conversations from a ShareGPT JSON file", default="random")
+                           "sharing a system prompt, conversations from a ShareGPT JSON file, or chat sessions whose turns "
+                           "resend the history", default="random")
     input_len: int | None = key(integer(1), "prompt tokens per request (exact: prompts are token ids); shared-prefix: "
-                                "the question after the system prompt", default=None,
+                                "the question after the system prompt; multi-turn: each user message", default=None,
                                 shown_default='required, except with dataset = "sharegpt" or a histogram')
     output_len: int | None = key(integer(1), "output tokens per request; sharegpt: overrides the conversation's "
-                                 "answer length", default=None, shown_default='required, except with dataset = "sharegpt"')
+                                 "answer length; multi-turn: each reply", default=None, shown_default='required, except with dataset = "sharegpt"')
     input_len_distribution: LengthDist | None = key(length_dist, "how prompt lengths vary (mean input_len); default: "
                                                     "uniform in [range_ratio x input_len, input_len]", default=None,
                                                     shown_default="uniform")
@@ -140,6 +141,11 @@ class Workload:
                                  shown_default='required with dataset = "shared-prefix"')
     num_groups: int = key(integer(1), "shared-prefix: distinct system prompts; requests are spread evenly over them",
                           default=1)
+    num_turns: int = key(integer(1), "multi-turn: requests per chat session; turn k sends the k-1 earlier user "
+                         "messages and replies again, then a new user message; num_prompts must be a multiple",
+                         default=0, shown_default='required with dataset = "multi-turn"')
+    think_time_s: float = key(number(0.0), "multi-turn: the user's think time between a reply's end and the "
+                              "session's next turn (not in warmup)", default=0.0)
     dataset_path: str = key(string, "sharegpt: the local JSON file (ShareGPT format: a list of "
                             "{conversations: [{from, value}, ...]})", default="",
                             shown_default='required with dataset = "sharegpt"')
@@ -206,6 +212,8 @@ class Workload:
             spec["dataset"] = self.dataset
         if self.dataset == "shared-prefix":
             spec.update(system_prompt_len=self.system_prompt_len, num_groups=self.num_groups)
+        if self.dataset == "multi-turn":
+            spec.update(num_turns=self.num_turns, think_time_s=self.think_time_s)
         if self.context_len is not None:
             spec["context_len"] = self.context_len
         for side, dist in (("input", self.input_len_distribution), ("output", self.output_len_distribution)):
