@@ -65,3 +65,30 @@ def test_bisection_halves_the_gap_until_no_load_lies_between():
     assert bisect_between(32, 33, integer=True) is None
     assert bisect_between(32, 34, integer=True) == 33
     assert bisect_between(2.0, 3.0, integer=False) == 2.5
+
+
+def _capacity_failure(capacities, baseline):
+    """What test_capacity says (None when it passes) for a sweep with these capacities per repeat."""
+    from perfgate.plugin._gate import CapacityChecks
+    from perfgate.session import SweepResult
+    from perfgate.verdict import MetricRule, judge
+
+    rule = MetricRule("capacity", "higher", tolerance=0.05)
+    result = SweepResult("cap", "concurrency", "p90", {"ttft_ms": 100.0}, points=[], capacities=capacities)
+    result.verdict = judge("cap", [rule], result.capacity_repeats(), baseline, alpha=0.05)
+    try:
+        CapacityChecks(result).assert_capacity()
+    except pytest.fail.Exception as e:
+        return str(e)
+    except pytest.skip.Exception as e:
+        return "skipped: " + str(e)
+    return None
+
+
+def test_the_capacity_check_fails_on_a_drop_on_nothing_measured_and_skips_without_a_baseline():
+    base = [{"capacity": 32.0}] * 3
+    assert _capacity_failure([32.0, 32.0, 32.0], base) is None
+    assert _capacity_failure([16.0, 16.0, 16.0], base).startswith("cap: capacity 16.00 < limit 30.40 (baseline 32.00, -50.0%")
+    # A compare of nothing never passes: no capacity measured fails, no baseline skips and says so.
+    assert _capacity_failure([], base).startswith("cap: no capacity was measured")
+    assert _capacity_failure([32.0] * 3, None).startswith("skipped: cap: no baseline for this fingerprint")

@@ -212,3 +212,24 @@ def test_multi_turn_sessions_wait_think_interleave_and_hit_the_cache(tmp_path):
     hit_random = random_.repeats[0].flat_metrics()["server_cache_hit_rate"]
     # Turn k finds turn k-1's prompt in the cache: (100 + 208 + 316 - 3) / (100 + 208 + 316 + 424) = 0.59.
     assert hit_chat == pytest.approx(621 / 1048, abs=0.02) and hit_random < 0.01
+
+
+@pytest.mark.parametrize(("values", "note"), [
+    ({}, ""),
+    ({"server_cache_hit_rate": float("nan")}, ""),
+    ({}, "server metrics at http://x/metrics: no scrape after the measured run"),
+])
+def test_a_gated_server_metric_missing_or_nan_makes_the_run_invalid(tmp_path, values, note):
+    from types import SimpleNamespace
+
+    from perfgate.session import RepeatResult
+
+    gated = SHARED.replace('name = "shared"', 'name = "shared"\nfloors = { server_cache_hit_rate = 0.5 }')
+    s = session(tmp_path, gated)
+    load = SimpleNamespace(records=[], client=SimpleNamespace(valid=True))
+    rep = RepeatResult(load, SimpleNamespace(values=values, failed=0), None, server_note=note)  # type: ignore[arg-type]
+    (reason,) = s.invalid_reasons(s.profile.workload("shared"), [rep])
+    why = note or "the server's /metrics does not report it"
+    assert reason == f"repeat 1: gated server_cache_hit_rate not measured ({why})"
+    rep.metrics.values = {"server_cache_hit_rate": 0.2}
+    assert s.invalid_reasons(s.profile.workload("shared"), [rep]) == []

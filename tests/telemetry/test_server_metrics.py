@@ -88,6 +88,13 @@ def test_sglang_names_are_read_and_series_combined():
     assert r.gauges == {"running": 3.0, "queued": 5.0, "token_usage": 0.25, "gen_throughput": 1500.0, "cache_hit_rate": 0.9}
 
 
+def test_nan_and_inf_samples_are_no_reading():
+    text = sglang(device=300.0).replace("sglang:cache_hit_rate{engine_type", "sglang:cache_hit_rate{x=\"1\",engine_type")
+    text = text.replace("} 0.9\n", "} NaN\n").replace("} 0.25\n", "} +Inf\n")
+    r = parse_server_metrics(text)
+    assert "cache_hit_rate" not in r.gauges and "token_usage" not in r.gauges and r.gauges["running"] == 3.0
+
+
 def test_replicas_count_once_and_data_parallel_ranks_add_up():
     line = 'sglang:num_running_reqs{{dp_rank="{dp}",model_name="m",tp_rank="{tp}"}} {n}\n'
     usage = 'sglang:token_usage{{dp_rank="{dp}",model_name="m",tp_rank="{tp}"}} {n}\n'

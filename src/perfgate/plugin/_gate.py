@@ -132,6 +132,9 @@ class CapacityChecks:
         notes = "".join(f"\n  note: {n}" for n in r.notes)
         if not v.ok:
             pytest.fail(f"{v.message} ({r.axis}, {r.stat} latency within {_slo_text(r.slo)}){notes}{curve}", pytrace=False)
+        if v.status == "not-measured":
+            # Every sweep measures its capacity; none means its points gave nothing to judge.
+            pytest.fail(f"{r.sweep}: no capacity was measured (no repeat of its loads to judge){notes}{curve}", pytrace=False)
         if v.status == "no-baseline":
             note = f" ({r.baseline_note})" if r.baseline_note else ""
             pytest.skip(f"{r.sweep}: no baseline for this fingerprint{note}; measured capacity "

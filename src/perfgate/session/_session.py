@@ -6,6 +6,7 @@ The pytest plugin is a thin layer over this class; nothing here imports pytest.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
@@ -503,7 +504,10 @@ class Session:
                     f"(more than [gate] server_max_disagreement {bound:.0%}): another load shared the server during "
                     "the run, or the client or the server miscounts tokens; the numbers do not describe this workload alone"
                 )
-            missing = [m for m in self._gated_server_metrics if m in self._rule_names(workload) and m not in r.flat_metrics()]
+            values = r.flat_metrics()
+            # A NaN (e.g. a gauge the server reports as NaN) is not a measurement either.
+            missing = [m for m in self._gated_server_metrics
+                       if m in self._rule_names(workload) and not math.isfinite(values.get(m, math.nan))]
             if missing:
                 why = r.server_note or "the server's /metrics does not report it"
                 reasons.append(f"repeat {i}: gated {', '.join(missing)} not measured ({why})")

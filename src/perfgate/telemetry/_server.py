@@ -13,6 +13,7 @@ use, SGLang's own generation throughput) are averaged over the samples inside a 
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -114,6 +115,9 @@ def parse_server_metrics(text: str) -> ServerReading:
         if family.type == "counter" and family.name + "_total" in _COUNTERS:
             declared.add(_COUNTERS[family.name + "_total"])
         for s in family.samples:
+            if not math.isfinite(s.value):
+                # NaN or inf (SGLang's cache_hit_rate before any request, a broken exporter): no reading.
+                continue
             if s.name in _COUNTERS:
                 counters[_COUNTERS[s.name]] = counters.get(_COUNTERS[s.name], 0.0) + s.value
             elif s.name in _GAUGES:
