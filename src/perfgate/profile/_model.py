@@ -119,7 +119,7 @@ class TelemetrySpec:
 class Workload:
     """One load shape, run ``repeats`` times and gated on its own (a sweep's point is one too)."""
 
-    name: str = key(nonempty_string, "test id and baseline file name", shown_default="`c{concurrency}-in{input_len}-out{output_len}[-r{request_rate}]`; other datasets and sweeps: see Datasets")
+    name: str = key(nonempty_string, "test id and baseline file name", shown_default="`c{concurrency}-in{input_len}-out{output_len}[-r{request_rate}]`; other datasets and sweeps: see \"Production-like workloads\"")
     num_prompts: int = key(integer(1), "measured requests per repeat")
     # A list is a capacity sweep: the loader makes one point workload per value (Profile.sweeps).
     concurrency: int = key(concurrency_or_sweep, "most requests in flight")
