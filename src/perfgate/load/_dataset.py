@@ -97,14 +97,15 @@ def draw_length(rng: random.Random, n: int, range_ratio: float, dist: LengthDist
     if dist.kind == "histogram":
         lo, hi, _ = rng.choices(dist.bins, weights=[w for _, _, w in dist.bins])[0]
         return rng.randint(lo, hi)
+    x: float
     if dist.kind == "normal":
         x = rng.gauss(n, dist.stddev)
     else:
         # Mean m and stddev s of the lengths: the log's sigma^2 = ln(1 + s^2 / m^2), mu = ln m - sigma^2 / 2.
         sigma2 = math.log1p((dist.stddev / n) ** 2)
         x = rng.lognormvariate(math.log(n) - sigma2 / 2, math.sqrt(sigma2))
-    hi = dist.max if dist.max is not None else math.inf
-    return int(min(max(round(x), dist.min), hi))
+    top = dist.max if dist.max is not None else math.inf
+    return int(min(max(round(x), dist.min), top))
 
 
 def _input_len(rng: random.Random, w: Workload) -> int:

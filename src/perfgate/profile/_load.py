@@ -123,7 +123,7 @@ def _check_dataset(ctx: _Ctx, where: str, fields: dict[str, Any]) -> None:
         raise ctx.fail(where, "output_len_distribution", "a histogram gives prompt lengths only (input_len_distribution); use normal or lognormal around output_len")
     for side in ("input", "output"):
         dist, mean = fields.get(f"{side}_len_distribution"), fields.get(f"{side}_len")
-        if dist is not None and dist.kind != "histogram" and not (dist.min <= mean <= (dist.max or mean)):
+        if dist is not None and dist.kind != "histogram" and mean is not None and not (dist.min <= mean <= (dist.max or mean)):
             bounds = f"[{dist.min}, {dist.max if dist.max is not None else 'no max'}]"
             raise ctx.fail(where, f"{side}_len_distribution", f"the mean {side}_len = {mean} lies outside min and max {bounds}; widen them or move the mean")
     if dataset == "shared-prefix" and "system_prompt_len" not in fields:

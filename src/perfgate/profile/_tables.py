@@ -129,7 +129,7 @@ length_dist = Check("table", '`kind` = `"normal"`, `"lognormal"` (`stddev`, `min
 def _int_or_list(v: Any) -> int | tuple[int, ...]:
     expected = "an integer >= 1, or a list of them in increasing order (a capacity sweep)"
     if _is_int(v) and v >= 1:
-        return v
+        return int(v)
     if isinstance(v, list) and len(v) >= 2 and all(_is_int(x) and x >= 1 for x in v) and _increasing(v):
         return tuple(v)
     raise Bad(expected)
@@ -148,7 +148,8 @@ def rate_or_sweep(single: Check) -> Check:
 
     def convert(v: Any) -> float | tuple[float, ...]:
         if not isinstance(v, list):
-            return single.convert(v)
+            rate: float = single.convert(v)
+            return rate
         rates = [_finite_float(x) for x in v]
         if len(v) < 2 or any(r is None or math.isinf(r) or r <= 0 for r in rates) or not _increasing(rates):
             raise Bad('a number > 0 or "inf", or a list of finite rates > 0 in increasing order (a capacity sweep)')

@@ -11,7 +11,7 @@ from perfgate.baseline import Fingerprint
 from perfgate.load import LoadRun
 from perfgate.metrics import ServingMetrics
 from perfgate.telemetry import ServerWindow, TelemetryWindow
-from perfgate.verdict import WorkloadVerdict
+from perfgate.verdict import MetricVerdict, WorkloadVerdict
 
 # Server- and client-counted output tokens differing by more than this are worth a note.
 _GAP_NOTE = 0.01
@@ -74,9 +74,10 @@ class RepeatResult:
         if self.server is not None:
             notes += self.server.notes
         gap = self.output_token_gap()
-        if gap is not None and abs(gap) > _GAP_NOTE:
-            notes.append(f"the server counted {self.server.generation_tokens:,.0f} output tokens, the client "  # type: ignore[union-attr]
-                         f"{self.server.generation_tokens / (1 + gap):,.0f} ({gap:+.1%})")  # type: ignore[union-attr]
+        server_tokens = self.server.generation_tokens if self.server is not None else None
+        if gap is not None and server_tokens is not None and abs(gap) > _GAP_NOTE:
+            notes.append(f"the server counted {server_tokens:,.0f} output tokens, the client "
+                         f"{server_tokens / (1 + gap):,.0f} ({gap:+.1%})")
         return notes
 
     def _window_output_tokens(self) -> float:
@@ -94,7 +95,7 @@ class WorkloadResult:
     repeats: list[RepeatResult]
     invalid_reasons: list[str]
     # None when the workload failed before it could be judged (see ``error``).
-    verdict: WorkloadVerdict | None = None
+    verdict: WorkloadVerdict[MetricVerdict] | None = None
     fingerprint: Fingerprint | None = None
     baseline_path: str = ""
     baseline_note: str = ""
@@ -158,7 +159,7 @@ class SweepResult:
     within: list[list[bool]] = field(default_factory=list)
     capacities: list[float] = field(default_factory=list)
     invalid_reasons: list[str] = field(default_factory=list)
-    verdict: WorkloadVerdict | None = None
+    verdict: WorkloadVerdict[MetricVerdict] | None = None
     fingerprint: Fingerprint | None = None
     baseline_path: str = ""
     baseline_note: str = ""

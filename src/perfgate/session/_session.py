@@ -33,7 +33,7 @@ from perfgate.telemetry import (
     open_monitor,
     open_server_monitor,
 )
-from perfgate.verdict import CAPACITY, MetricRule, WorkloadVerdict, capacity_rule, judge, rules_for
+from perfgate.verdict import CAPACITY, MetricRule, MetricVerdict, WorkloadVerdict, capacity_rule, judge, rules_for
 
 
 RepeatRunner = Callable[[Callable[[], None], int], None]
@@ -328,7 +328,7 @@ class Session:
         rules = self._rules[workload.name]
         baseline, note = self.baseline_for(workload.name, fingerprint)
 
-        def verdict_now() -> WorkloadVerdict:
+        def verdict_now() -> WorkloadVerdict[MetricVerdict]:
             return self.judge(workload.name, rules, [r.flat_metrics() for r in repeats], baseline, note)
 
         verdict = self.decide(verdict_now, lambda: _call_n_times(one_repeat, 1), n, max(self.profile.max_repeats_for(workload), n))
@@ -376,7 +376,7 @@ class Session:
 
     def judge(
         self, name: str, rules: Sequence[MetricRule], current: list[dict[str, float]], baseline: Baseline | None, note: str
-    ) -> WorkloadVerdict:
+    ) -> WorkloadVerdict[MetricVerdict]:
         """``current`` repeats against ``baseline`` under the profile's [gate] policy."""
         gate = self.profile.gate
         return judge(
@@ -391,8 +391,8 @@ class Session:
         )
 
     def decide(
-        self, verdict_now: Callable[[], WorkloadVerdict], more: Callable[[], None], n: int, max_repeats: int
-    ) -> WorkloadVerdict:
+        self, verdict_now: Callable[[], WorkloadVerdict[MetricVerdict]], more: Callable[[], None], n: int, max_repeats: int
+    ) -> WorkloadVerdict[MetricVerdict]:
         """The verdict after the [gate] policy's extra repeats (``more()`` runs one): a failure is
         confirmed on twice the evidence with ``confirm_on_fail``, and a verdict past its limit but
         not yet told from noise gets repeats up to ``max_repeats``. None when recording."""

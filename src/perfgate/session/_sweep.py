@@ -18,7 +18,7 @@ from perfgate.load import Progress, dataset_identity
 from perfgate.metrics import bisect_between, capacity, within_slo
 from perfgate.profile import Slo, Sweep, Workload
 from perfgate.session._result import RepeatResult, SweepPoint, SweepResult
-from perfgate.verdict import MetricRule, WorkloadVerdict, judge
+from perfgate.verdict import MetricRule, MetricVerdict, WorkloadVerdict, judge
 
 if TYPE_CHECKING:
     from perfgate.session._session import Session
@@ -63,7 +63,7 @@ class SweepRun:
             result.baseline_path = str(s.store.path_for(s.profile.name, sweep.name, fingerprint))
             result.previous_values = baseline.medians()
 
-        def verdict_now() -> WorkloadVerdict:
+        def verdict_now() -> WorkloadVerdict[MetricVerdict]:
             return s.judge(sweep.name, [self.rule], result.capacity_repeats(), baseline, note)
 
         max_repeats = s.profile.max_repeats_for(sweep.base)
