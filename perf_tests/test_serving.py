@@ -4,7 +4,7 @@ Each workload runs once per session (its repeats included); these tests read the
 result, so a failure names exactly which guarantee broke.
 """
 
-from perfgate.plugin import GateChecks
+from perfgate.plugin import CapacityChecks, GateChecks
 
 
 def test_run_is_valid(perf_gate: GateChecks) -> None:
@@ -25,3 +25,8 @@ def test_latency(perf_gate: GateChecks) -> None:
 def test_gpu_power(perf_gate: GateChecks) -> None:
     """Per-GPU power floors, imbalance and tokens per joule, when the profile gates them."""
     perf_gate.assert_metrics("power")
+
+
+def test_capacity(perf_capacity: CapacityChecks) -> None:
+    """A sweep's capacity (the highest load within the SLO) from below, for every sweep of the profile."""
+    perf_capacity.assert_capacity()

@@ -224,6 +224,36 @@ def test_the_patched_decision_reports_itself_inside_real_sglang(release: Release
     assert [h.split(" -> ")[1].split(" in pid")[0] for h in hook[2:]] == ["True", "True", "False"], hook
 
 
+def test_a_shared_prefix_hits_sglangs_own_prefix_cache_and_random_prompts_do_not(release: Release, tmp_path: Path) -> None:
+    """SGLang's /metrics (--enable-metrics) read by perfgate: cached / prompt tokens over each run.
+    One boot, 16 requests per workload (~1 min of CI on one release)."""
+    if release.version != "0.5.23":
+        pytest.skip("the cache hit rate is SGLang's own number; one release shows perfgate reads it")
+    from perfgate.profile import Workload
+    from perfgate.session import Session, SessionOptions
+
+    common = dict(num_prompts=16, concurrency=8, output_len=8, token_id_range=(4, 2048), repeats=1)
+    # The warmup sends one request per group: the 4 system prompts are cached before measuring.
+    shared = Workload(name="shared", dataset="shared-prefix", num_groups=4, system_prompt_len=256, input_len=32,
+                      warmup_requests=4, seed=1, **common)
+    rand = Workload(name="random", input_len=288, warmup_requests=4, seed=2, **common)
+    profile = release.load()
+    session = Session(replace(profile, workloads=(shared, rand), sweeps=()),
+                      SessionOptions(baselines_dir=tmp_path / "baselines", log_dir=tmp_path / "logs"))
+    try:
+        runs = {w.name: session.run(w).repeats[0] for w in (shared, rand)}
+    finally:
+        session.close()
+    release.assert_no_leftovers("the prefix-cache session")
+    hits = {name: rep.flat_metrics().get("server_cache_hit_rate") for name, rep in runs.items()}
+    window = runs["shared"].server
+    assert window is not None and window.engine == "sglang", runs["shared"].server_note
+    assert window.cache_hit_source == "cached_tokens / prompt_tokens over the measured run"
+    assert window.prompt_tokens == 16 * 288 and window.generation_tokens == 16 * 8
+    # Every question finds its group's 256-token system prompt cached: 256 / 288 of the prompt tokens.
+    assert hits["shared"] == pytest.approx(256 / 288, abs=0.01) and hits["random"] == 0.0, hits
+
+
 def proc_pid(line: str) -> int:
     return int(line.rsplit(" ", 1)[1])
 

@@ -56,7 +56,8 @@ pytest_plugins = ["pytester"]
 WORKLOAD = "c16-in32-out16"
 GATED = ("mean_tpot_ms", "output_throughput", "p99_tpot_ms", "total_throughput")
 # Measured and shown in every summary, not gated by this profile.
-INFO = ("mean_ttft_ms", "concurrency", "steady_output_throughput", "gpu_power_mean_w", "output_tokens_per_j")
+INFO = ("mean_ttft_ms", "concurrency", "steady_output_throughput", "server_cache_hit_rate", "gpu_power_mean_w",
+        "output_tokens_per_j")
 
 
 def summary_verdicts(out: str) -> dict[tuple[str, str], str]:
@@ -96,7 +97,7 @@ def gate(pytester: pytest.Pytester, tmp_path: Path):
 def test_first_run_has_no_baseline_and_says_how_to_record_one(gate, tmp_path):
     junit = tmp_path / "junit.xml"
     result = gate(f"--junitxml={junit}")
-    result.assert_outcomes(passed=1, skipped=3)
+    result.assert_outcomes(passed=1, skipped=4)
     # Every test carries the workload's metrics as JUnit properties.
     xml = junit.read_text()
     assert '<property name="perf.output_throughput"' in xml and '<property name="perf.mean_tpot_ms"' in xml
@@ -110,7 +111,7 @@ def test_first_run_has_no_baseline_and_says_how_to_record_one(gate, tmp_path):
 
 def test_record_then_pass_then_catch_a_slowdown(gate):
     recorded = gate("--perf-update-baselines")
-    recorded.assert_outcomes(passed=3, skipped=1)
+    recorded.assert_outcomes(passed=3, skipped=2)
     assert {k: v for k, v in summary_verdicts(recorded.stdout.str()).items() if v != "info"} == {
         (WORKLOAD, m): "recorded" for m in GATED
     }
@@ -121,14 +122,14 @@ def test_record_then_pass_then_catch_a_slowdown(gate):
     assert doc["provenance"]["date"] and "server" in doc["provenance"]
 
     same = gate()
-    same.assert_outcomes(passed=3, skipped=1)
+    same.assert_outcomes(passed=3, skipped=2)
     assert summary_verdicts(same.stdout.str()) == {
         **{(WORKLOAD, m): "PASS" for m in GATED},
         **{(WORKLOAD, m): "info" for m in INFO + ("gpu_power_min_w",)},
     }
 
     slow = gate(env={"PERFGATE_SIM_SLOWDOWN": "2.0"})
-    slow.assert_outcomes(passed=1, failed=2, skipped=1)
+    slow.assert_outcomes(passed=1, failed=2, skipped=2)
     out = slow.stdout.str()
     number = r"[\d,]+\.?\d*"
     assert re.search(rf"c16-in32-out16: output_throughput {number} tok/s < limit {number} tok/s "
@@ -142,14 +143,14 @@ def test_record_then_pass_then_catch_a_slowdown(gate):
     assert refused.ret != 0
     assert "refusing to replace the stored baseline with worse numbers" in refused.stdout.str()
     accepted = gate("--perf-update-baselines", "--perf-accept-regression=moved to a slower GPU", env={"PERFGATE_SIM_SLOWDOWN": "2.0"})
-    accepted.assert_outcomes(passed=3, skipped=1)
+    accepted.assert_outcomes(passed=3, skipped=2)
     doc = json.loads(files[0].read_text())
     assert doc["provenance"]["accepted_regression"]["reason"] == "moved to a slower GPU"
 
 
 def test_absolute_floor_fails_without_any_baseline(gate):
     result = gate(sim_extra="idle_gpus = 1", gate_extra="floors = { gpu_power_min_w = 150 }")
-    result.assert_outcomes(passed=1, failed=1, skipped=2)
+    result.assert_outcomes(passed=1, failed=1, skipped=3)
     out = result.stdout.str()
     assert re.search(r"c16-in32-out16: gpu_power_min_w [\d.]+ W < floor 150.0 W\n", out)
     assert summary_verdicts(out)[(WORKLOAD, "gpu_power_min_w")] == "FAIL"
@@ -166,7 +167,7 @@ def test_bad_profile_stops_before_anything_boots(gate, pytester):
     profile.write_text('[server]\nkind = "simulator"\n[[workload]]\nnum_prompts = 1\nconcurrency = 0\ninput_len = 1\noutput_len = 1\n')
     result = pytester.runpytest_subprocess(f"--perf-profile={profile}")
     assert result.ret == pytest.ExitCode.INTERRUPTED
-    assert f"perfgate: profile {profile}: [[workload]] #1 key 'concurrency': expected an integer >= 1, got 0" in result.stdout.str()
+    assert f"perfgate: profile {profile}: [[workload]] #1 key 'concurrency': expected an integer >= 1, or a list of them in increasing order (a capacity sweep), got 0" in result.stdout.str()
     out = result.stderr.str() + result.stdout.str()
     assert "Traceback" not in out and "perfgate summary" not in out
 
@@ -263,7 +264,7 @@ def test_results_files_and_compare_exit_code(gate, tmp_path, monkeypatch):
 def test_repeats_are_pytest_benchmark_rounds(gate, tmp_path):
     out = tmp_path / "bench.json"
     result = gate(f"--benchmark-json={out}")
-    result.assert_outcomes(passed=1, skipped=3)
+    result.assert_outcomes(passed=1, skipped=4)
     doc = json.loads(out.read_text())
     (bench,) = doc["benchmarks"]
     assert bench["stats"]["rounds"] == 3
@@ -282,7 +283,7 @@ def test_repeats_are_pytest_benchmark_rounds(gate, tmp_path):
 def test_confirm_on_fail_reruns_before_failing(gate):
     assert gate("--perf-update-baselines").ret == 0
     slow = gate(gate_extra="confirm_on_fail = true", env={"PERFGATE_SIM_SLOWDOWN": "2.0"})
-    slow.assert_outcomes(passed=1, failed=2, skipped=1)
+    slow.assert_outcomes(passed=1, failed=2, skipped=2)
     out = slow.stdout.str()
     # Six measured repeats (3 + 3 to confirm) against 3: complete separation gives p = 1/C(9,3).
     assert "Mann-Whitney p=0.012" in out

@@ -78,6 +78,7 @@ def start_sim(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> 
     log_path = tmp_path / f"sim-{port}.log"
     full_env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
     full_env.pop("PERFGATE_SIM_SLOWDOWN", None)
+    full_env.pop("PERFGATE_SIM_DISABLE_RADIX_CACHE", None)
     full_env.update(env or {})
     with log_path.open("w") as log:
         proc = subprocess.Popen(

@@ -4,9 +4,16 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.profile import GateSpec, Workload, parse_profile
+from perfgate.profile import GateSpec, Slo, Workload, parse_profile
 from perfgate.profile._model import DEFAULT_TOLERANCE
-from perfgate.verdict import MetricRule, rules_for
+from perfgate.verdict import (
+    DEFAULT_CAPACITY_TOLERANCE,
+    MetricRule,
+    capacity_rule,
+    check_metric_name,
+    direction_of,
+    rules_for,
+)
 
 WL = Workload(name="w", num_prompts=8, concurrency=8, input_len=16, output_len=16)
 
@@ -65,3 +72,35 @@ ceilings = { gpu_imbalance = 0.1 }
     assert rules["output_tokens_per_j"] == MetricRule("output_tokens_per_j", "higher", floor=1.5)
     assert rules["gpu_imbalance"] == MetricRule("gpu_imbalance", "lower", ceiling=0.1)
     assert rules["output_throughput"].tolerance == DEFAULT_TOLERANCE["output_throughput"]
+
+
+def test_slo_metrics_apply_where_there_is_an_slo_and_fail_loudly_where_set_without_one() -> None:
+    gate = GateSpec(tolerance={**DEFAULT_TOLERANCE, "goodput": 0.05})
+    with_slo = Workload(name="s", num_prompts=8, concurrency=8, input_len=16, output_len=16, slo=Slo(ttft_ms=500))
+    assert "goodput" in {r.metric for r in rules_for(gate, with_slo)}
+    # [gate] rules reach the workloads that can measure them; the others measure no goodput.
+    assert "goodput" not in {r.metric for r in rules_for(gate, WL)}
+    own = Workload(name="plain", num_prompts=8, concurrency=8, input_len=16, output_len=16, floors={"slo_attainment_pct": 90.0})
+    with pytest.raises(ValueError, match=r"\[\[workload\]\] 'plain' floors: slo_attainment_pct counts the requests that "
+                                         r"meet the workload's SLO, and 'plain' has none; add e.g. slo = "):
+        rules_for(GateSpec(), own)
+
+
+def test_capacity_is_a_sweeps_rule_never_a_workloads() -> None:
+    point = Workload(name="s@c8", num_prompts=8, concurrency=8, input_len=16, output_len=16, slo=Slo(tpot_ms=50),
+                     floors={"capacity": 64.0})
+    assert "capacity" not in {r.metric for r in rules_for(GateSpec(), point, in_sweep=True)}
+    assert capacity_rule(GateSpec(), point) == MetricRule("capacity", "higher", DEFAULT_CAPACITY_TOLERANCE, floor=64.0)
+    assert capacity_rule(GateSpec(tolerance={"capacity": 0.0}), WL).tolerance == 0.0
+    with pytest.raises(ValueError, match=r"'s@c8' floors: capacity is measured by sweeps only"):
+        rules_for(GateSpec(), point)
+
+
+@pytest.mark.parametrize("metric, direction", [
+    ("goodput", "higher"), ("slo_attainment_pct", "higher"), ("slo_ttft_attainment_pct", "higher"), ("capacity", "higher"),
+    ("server_cache_hit_rate", "higher"), ("server_gen_throughput", "higher"), ("server_reported_gen_throughput", "higher"),
+    ("server_running_reqs_mean", "higher"), ("server_queue_reqs_mean", "lower"), ("server_token_usage_mean", "lower"),
+])
+def test_every_new_gateable_name_is_known_with_its_direction(metric, direction) -> None:
+    check_metric_name(metric)
+    assert direction_of(metric) == direction

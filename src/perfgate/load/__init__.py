@@ -1,4 +1,4 @@
-"""Load: seeded exact-length prompts, pacing, and a streaming client that measures itself.
+"""Load: seeded prompts (random, shared-prefix, ShareGPT, multi-turn), pacing, and a streaming client that measures itself.
 
 The modules, in the order a repeat runs through them: ``_dataset`` (prompts and arrival
 times), ``_backends`` (each API's request body and chunk format), ``_stream`` (one request,
@@ -8,7 +8,16 @@ loop lag), ``_shard`` (the measured phase over several processes) and ``_run``
 (``run_workload``: the plan built once, one process or several, one LoadRun).
 """
 
-from perfgate.load._dataset import RequestSpec, arrival_offsets_s, make_requests
+from perfgate.load._dataset import (
+    RequestSpec,
+    arrival_offsets_s,
+    check_dataset,
+    dataset_identity,
+    make_requests,
+    session_offsets_s,
+    system_prompts,
+    text_to_ids,
+)
 from perfgate.load._phase import Progress
 from perfgate.load._records import RequestRecord
 from perfgate.load._run import LoadRun, run_workload
@@ -22,6 +31,11 @@ __all__ = [
     "RequestRecord",
     "RequestSpec",
     "arrival_offsets_s",
+    "check_dataset",
+    "dataset_identity",
     "make_requests",
     "run_workload",
+    "session_offsets_s",
+    "system_prompts",
+    "text_to_ids",
 ]

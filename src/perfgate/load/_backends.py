@@ -242,7 +242,7 @@ class OpenAIChatBackend(_OpenAIBackend):
     def body(self, spec: RequestSpec, max_tokens: int) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": [{"role": "user", "content": spec.text()}],
+            "messages": spec.messages(),
             "max_tokens": max_tokens,
             "temperature": 0.0,
             "stream": True,

@@ -9,13 +9,13 @@ import gc
 import math
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from itertools import islice
 from dataclasses import dataclass, field
 
 from perfgate.errors import LoadError
-from perfgate.load._dataset import RequestSpec, arrival_offsets_s, make_requests
+from perfgate.load._dataset import RequestSpec, make_requests, session_offsets_s
 from perfgate.load._loop import loop_name
 from perfgate.load._plan import LoadPlan
 from perfgate.load._records import RequestRecord
@@ -59,9 +59,9 @@ class Part:
 
 def measured_jobs(plan: LoadPlan, k: int = 0, n: int = 1) -> deque[Job]:
     """Shard ``k`` of ``n`` of the measured phase's requests (requests k, k + n, ...) with their
-    record indices and send offsets in the one arrival schedule."""
+    record indices and send offsets in the one arrival schedule (multi-turn: their session's)."""
     specs = make_requests(plan.workload, plan.workload.num_prompts, seed_offset=plan.seed_offset)
-    jobs = zip(range(len(specs)), specs, arrival_offsets_s(plan.workload, len(specs)))
+    jobs = zip(range(len(specs)), specs, session_offsets_s(plan.workload, specs))
     return deque(islice(jobs, k, None, n))
 
 
@@ -86,6 +86,22 @@ async def prepared(streamer: Streamer, jobs: deque[Job], concurrency: int) -> As
         gc.unfreeze()
 
 
+def _units(jobs: deque[Job], by_session: bool) -> Iterator[list[tuple[int, Job]]]:
+    """What runs one after the other in one concurrency slot, with each job's position in
+    ``jobs``: one request, or (multi-turn) the turns of one chat session. Consumes ``jobs``."""
+    if not by_session:
+        position = 0
+        while jobs:
+            yield [(position, jobs.popleft())]
+            position += 1
+        return
+    sessions: dict[int, list[tuple[int, Job]]] = {}
+    for position, job in enumerate(jobs):
+        sessions.setdefault(job[1].session, []).append((position, job))
+    jobs.clear()
+    yield from sessions.values()
+
+
 async def run_phase(
     streamer: Streamer,
     jobs: deque[Job],
@@ -98,7 +114,8 @@ async def run_phase(
 ) -> list[RequestRecord]:
     """Run ``jobs`` (record index, request, send offset from ``start_s``, default now) with at most
     ``concurrency`` in flight; ``cap`` limits output lengths (warmup). Returns the records in
-    the jobs' order.
+    the jobs' order. Multi-turn: the concurrency counts chat sessions, each sending its turns one
+    after the other with the think time between them (none in warmup), so sessions interleave.
 
     ``jobs`` is consumed as requests are sent, and a finished request keeps only its record:
     memory holds the prompts not yet sent, the requests in flight and the records.
@@ -120,24 +137,29 @@ async def run_phase(
             await asyncio.sleep(_PROGRESS_EVERY_S)
             on_progress(snapshot())
 
-    async def limited(position: int, i: int, spec: RequestSpec) -> None:
+    workload = streamer.plan.workload
+    think_s = 0.0 if warmup else workload.think_time_s
+
+    async def limited(unit: list[tuple[int, Job]]) -> None:
         try:
-            records[position] = await streamer.one(i, spec, min(spec.output_len, cap) if cap else spec.output_len)
+            for k, (position, (i, spec, _)) in enumerate(unit):
+                if k and think_s:
+                    await asyncio.sleep(think_s)
+                records[position] = await streamer.one(i, spec, min(spec.output_len, cap) if cap else spec.output_len)
         finally:
             sem.release()
 
     ticker = asyncio.get_running_loop().create_task(report())
     try:
-        for position in range(total):
-            i, spec, at = jobs.popleft()
-            delay = t0 + at - time.monotonic()
+        for n, unit in enumerate(_units(jobs, workload.dataset == "multi-turn")):
+            delay = t0 + unit[0][1][2] - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
             await sem.acquire()
-            task = asyncio.create_task(limited(position, i, spec))
+            task = asyncio.create_task(limited(unit))
             in_flight.add(task)
             task.add_done_callback(in_flight.discard)
-            if position % _YIELD_EVERY == _YIELD_EVERY - 1:
+            if n % _YIELD_EVERY == _YIELD_EVERY - 1:
                 # Thousands of requests due at once: let the loop read answers (and time its
                 # own lag) between batches of sends, as one loop iteration would otherwise take
                 # them all.

@@ -1,11 +1,13 @@
-"""Serving metrics exactly as sglang.bench_serving defines them, plus a steady-state window."""
+"""Serving metrics exactly as sglang.bench_serving defines them, plus a steady-state window and goodput."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from perfgate.load import LoadRun, RequestRecord
+from perfgate.profile import SLO_KEYS, Slo
 from perfgate._stats import describe_ms
 
 TIMELINE_BIN_S = 0.1
@@ -29,9 +31,16 @@ METRIC_NAMES = frozenset(
         "steady_mean_tpot_ms",
         "steady_window_s",
         *(f"{stat}_{name}_ms" for name in _DESCRIBED for stat in ("mean", "median", "std", "p90", "p95", "p99")),
+        # With a workload SLO.
+        "goodput",
+        "slo_attainment_pct",
+        *(f"slo_{k.removesuffix('_ms')}_attainment_pct" for k in SLO_KEYS),
     }
 )
-"""Every name :func:`compute_metrics` can put in ``values`` (bench_serving's keys plus the steady window's)."""
+"""Every name :func:`compute_metrics` can put in ``values`` (bench_serving's keys plus the steady window's and,
+with an SLO, goodput and attainment)."""
+SLO_METRICS = frozenset(n for n in METRIC_NAMES if n == "goodput" or n.startswith("slo_"))
+"""The names that exist only for a workload with an SLO."""
 
 
 @dataclass(frozen=True)
@@ -95,7 +104,44 @@ def _error_kind(error: str) -> str:
     return error.split(":", 1)[0]
 
 
-def compute_metrics(run: LoadRun, *, target_concurrency: int, steady_ratio: float = 0.9) -> ServingMetrics:
+def _request_tpot_s(r: RequestRecord, output_tokens: int) -> float:
+    """bench_serving's per-request TPOT; 0 for a one-token answer (its goodput counts it so)."""
+    if r.ttft_s is None or r.latency_s is None or output_tokens <= 1:
+        return 0.0
+    return (r.latency_s - r.ttft_s) / (output_tokens - 1)
+
+
+def _goodput(records: list[RequestRecord], ok: list[RequestRecord], out_tokens: Callable[[RequestRecord], int],
+             slo: Slo, duration_s: float) -> dict[str, float]:
+    """bench_serving's goodput: successful requests meeting every target, per second of the run;
+    attainment is over every request sent (a failed request meets no SLO)."""
+    targets = slo.targets()
+    met = dict.fromkeys(targets, 0)
+    good = 0
+    for r in ok:
+        observed_ms = {
+            "ttft_ms": (r.ttft_s or 0.0) * 1000.0,
+            "tpot_ms": _request_tpot_s(r, out_tokens(r)) * 1000.0,
+            "e2e_ms": (r.latency_s or 0.0) * 1000.0,
+        }
+        passed = [k for k, limit in targets.items() if observed_ms[k] <= limit]
+        for k in passed:
+            met[k] += 1
+        good += len(passed) == len(targets)
+    sent = len(records)
+    values = {
+        "goodput": good / duration_s if duration_s > 0 else 0.0,
+        "slo_attainment_pct": 100.0 * good / sent if sent else 0.0,
+    }
+    for k, n in met.items():
+        values[f"slo_{k.removesuffix('_ms')}_attainment_pct"] = 100.0 * n / sent if sent else 0.0
+    return values
+
+
+def compute_metrics(
+    run: LoadRun, *, target_concurrency: int, steady_ratio: float = 0.9, slo: Slo | None = None
+) -> ServingMetrics:
+    """bench_serving's numbers of ``run``; with ``slo``, also goodput and SLO attainment."""
     duration = run.duration_s
     ok = [r for r in run.records if r.ok]
     failed = [r for r in run.records if not r.ok]
@@ -135,6 +181,8 @@ def compute_metrics(run: LoadRun, *, target_concurrency: int, steady_ratio: floa
     }
     for name, samples in zip(_DESCRIBED, (ttfts, tpots, itls, e2e)):
         values.update(describe_ms(samples, name))
+    if slo is not None:
+        values.update(_goodput(run.records, ok, out_tokens, slo, duration))
 
     per_request_times = [_token_times(r) for r in ok]
     token_times = [t for times in per_request_times for t in times]

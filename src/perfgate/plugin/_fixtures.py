@@ -8,10 +8,10 @@ import pytest
 
 from perfgate.errors import PerfgateError
 from perfgate.plugin._benchmark import benchmark_rounds, record
-from perfgate.plugin._gate import GateChecks
+from perfgate.plugin._gate import CapacityChecks, GateChecks
 from perfgate.plugin._progress import ProgressLine
 from perfgate.plugin._state import STATE_KEY
-from perfgate.profile import Profile, Workload
+from perfgate.profile import Profile, Sweep, Workload
 from perfgate.server import RunningServer
 from perfgate.session import Session, WorkloadResult
 
@@ -93,3 +93,21 @@ def perf_gate(request: pytest.FixtureRequest, perf_workload: Workload) -> GateCh
 
 def _has_benchmark(request: pytest.FixtureRequest) -> bool:
     return request.config.pluginmanager.hasplugin("benchmark")
+
+
+@pytest.fixture
+def perf_capacity(request: pytest.FixtureRequest, perf_sweep: Sweep) -> CapacityChecks:
+    """The judged capacity of ``perf_sweep``: every load run (once per session), then its capacity.
+    An A/B (--perf-ab) judges workloads round by round, not capacities: skipped there."""
+    if request.config.stash[STATE_KEY].ab_mode:
+        pytest.skip(f"{perf_sweep.name}: --perf-ab judges workloads, not a sweep's capacity; run the gate for it")
+    session: Session = request.getfixturevalue("perf_session")
+    request.getfixturevalue("perf_server")
+    progress = ProgressLine(request.config, perf_sweep.name)
+    try:
+        result = session.run_sweep(perf_sweep, on_progress=progress)
+    except PerfgateError as e:
+        error = e
+    else:
+        return CapacityChecks(result)
+    request.config.stash[STATE_KEY].fail_once(error, request.node.nodeid)

@@ -1,4 +1,4 @@
-"""What a perf test asserts: one category of a workload's verdict, or the run's validity."""
+"""What a perf test asserts: one category of a workload's verdict, the run's validity, or a sweep's capacity."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from typing import Literal
 import pytest
 
 from perfgate.ab import AbWorkload
-from perfgate.session import WorkloadResult
+from perfgate.metrics import slo_metric_names
+from perfgate.profile import Slo
+from perfgate.session import SweepResult, WorkloadResult
 from perfgate.verdict import RECORD_HINT, MetricVerdict, PairedMetricVerdict, direction_of, fmt_value, unit_of
 
 Category = Literal["throughput", "latency", "power"]
@@ -93,3 +95,51 @@ class GateChecks:
                 f"{self.workload}: no baseline for this fingerprint{note}; measured {measured}; "
                 f"not gated: {RECORD_HINT}"
             )
+
+
+def curve_lines(result: SweepResult) -> list[str]:
+    """One line per load: its latency statistics against the SLO, and in how many repeats it met it."""
+    names = slo_metric_names(Slo(**result.slo), result.stat)
+    axis = "c" if result.axis == "concurrency" else "rate "
+    lines = []
+    for j, point in enumerate(result.points):
+        medians = point.medians()
+        stats = ", ".join(
+            f"{name} {fmt_value(medians[name], 'ms')} (SLO {fmt_value(result.slo[key], 'ms')})"
+            for key, name in names.items() if name in medians
+        )
+        met = sum(row[j] for row in result.within)
+        tag = " (bisected)" if point.bisected else ""
+        lines.append(f"{axis}{point.load:g}{tag}: {stats or 'no latency measured'}; within the SLO in {met} of "
+                     f"{len(result.within)} repeats")
+    return lines
+
+
+@dataclass
+class CapacityChecks:
+    """A sweep's capacity, asserted against its baseline."""
+
+    result: SweepResult
+
+    def assert_capacity(self) -> None:
+        r = self.result
+        curve = "\n    ".join(["", *curve_lines(r)])
+        if r.invalid_reasons:
+            pytest.fail(f"{r.sweep}: the capacity cannot be judged:\n  " + "\n  ".join(r.invalid_reasons) + curve,
+                        pytrace=False)
+        assert r.verdict is not None
+        (v,) = r.verdict.metrics
+        notes = "".join(f"\n  note: {n}" for n in r.notes)
+        if not v.ok:
+            pytest.fail(f"{v.message} ({r.axis}, {r.stat} latency within {_slo_text(r.slo)}){notes}{curve}", pytrace=False)
+        if v.status == "not-measured":
+            # Every sweep measures its capacity; none means its points gave nothing to judge.
+            pytest.fail(f"{r.sweep}: no capacity was measured (no repeat of its loads to judge){notes}{curve}", pytrace=False)
+        if v.status == "no-baseline":
+            note = f" ({r.baseline_note})" if r.baseline_note else ""
+            pytest.skip(f"{r.sweep}: no baseline for this fingerprint{note}; measured capacity "
+                        f"{fmt_value(v.measured, '') if v.measured is not None else '-'} ({r.axis}); not gated: {RECORD_HINT}")
+
+
+def _slo_text(slo: dict[str, float]) -> str:
+    return ", ".join(f"{k.removesuffix('_ms')} {fmt_value(v, 'ms')}" for k, v in slo.items())

@@ -99,6 +99,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         except PerfgateError as e:
             raise pytest.Collector.CollectError(f"perfgate: {e}") from None
         metafunc.parametrize("perf_workload", profile.workloads, ids=[w.name for w in profile.workloads])
+    if "perf_sweep" in metafunc.fixturenames:
+        profile = metafunc.config.stash[STATE_KEY].profile()
+        if profile.sweeps:
+            metafunc.parametrize("perf_sweep", profile.sweeps, ids=[s.name for s in profile.sweeps])
+        else:
+            skip = pytest.mark.skip(reason="the profile has no sweep (concurrency = [...] or request_rate = [...])")
+            metafunc.parametrize("perf_sweep", [pytest.param(None, marks=skip, id="no-sweep")])
 
 
 def _header(summary: RunSummary) -> list[str]:
@@ -117,6 +124,10 @@ def _header(summary: RunSummary) -> list[str]:
         )
     else:
         lines.append(f"GPU power: not measured ({summary.telemetry_note})")
+    if summary.server_metrics_url:
+        lines.append(f"server metrics: {summary.server_metrics_url}")
+    elif summary.server_metrics_note:
+        lines.append(f"server metrics: {summary.server_metrics_note}")
     return lines
 
 
@@ -138,11 +149,17 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line("")
         terminalreporter.write_line(render_text(table))
     for res in summary.workloads:
-        for note in dict.fromkeys(note for rep in res.repeats for note in rep.metrics.notes):
+        for note in dict.fromkeys(note for rep in res.repeats for note in rep.notes()):
             terminalreporter.write_line(f"note: {res.workload}: {note}")
         if res.baseline_note:
             recorded = f" -> {res.baseline_path}" if res.recorded else ""
             terminalreporter.write_line(f"baseline: {res.workload}: {res.baseline_note}{recorded}")
+    for sw in summary.sweeps:
+        for note in sw.notes:
+            terminalreporter.write_line(f"note: {sw.sweep}: {note}")
+        if sw.baseline_note:
+            recorded = f" -> {sw.baseline_path}" if sw.recorded else ""
+            terminalreporter.write_line(f"baseline: {sw.sweep}: {sw.baseline_note}{recorded}")
     for note in summary.store_notes:
         terminalreporter.write_line(f"baseline store: {note}")
     for name, err in summary.failures.items():

@@ -12,16 +12,22 @@ from perfgate.profile._model import (
     GateSpec,
     Profile,
     ServerSpec,
+    Sweep,
     TelemetrySpec,
     Workload,
 )
+from perfgate.profile._tables import SLO_KEYS, LengthDist, Slo
 from perfgate.profile._reference import reference_markdown
 
 __all__ = [
     "DEFAULT_TOLERANCE",
     "GateSpec",
     "Profile",
+    "SLO_KEYS",
+    "LengthDist",
     "ServerSpec",
+    "Slo",
+    "Sweep",
     "TelemetrySpec",
     "Workload",
     "load_profile",

@@ -240,6 +240,18 @@ def _url_path(v: Any) -> str:
 url_path = Check("string", 'a path starting with "/"', _url_path)
 
 
+def _optional_url_path(v: Any) -> str:
+    if v == "":
+        return v
+    try:
+        return _url_path(v)
+    except Bad:
+        raise Bad('a path starting with "/", or "" for none') from None
+
+
+optional_url_path = Check("string", 'a path starting with "/", or ""', _optional_url_path)
+
+
 def choice(*options: str) -> Check:
     expected = "one of " + ", ".join(repr(o) for o in options)
 

@@ -25,6 +25,7 @@ from perfgate.profile._model import (
     Profile,
     ServerKind,
     ServerSpec,
+    Sweep,
     TelemetrySpec,
     Workload,
 )
@@ -67,11 +68,105 @@ class _Ctx:
         return out
 
 
-def _workload_id(w: Workload) -> str:
-    name = f"c{w.concurrency}-in{w.input_len}-out{w.output_len}"
-    if not math.isinf(w.request_rate):
+def _workload_id(w: Workload, concurrency: str) -> str:
+    """The default name: what is sent and at which load, e.g. ``c64-sp8x1024-in128-out256``."""
+    if w.dataset == "sharegpt":
+        shape = "sharegpt" + (f"-out{w.output_len}" if w.output_len else "")
+    else:
+        mean_in = w.input_len if w.input_len is not None else round(w.input_len_distribution.mean())  # type: ignore[union-attr]
+        prefix = f"sp{w.num_groups}x{w.system_prompt_len}-" if w.dataset == "shared-prefix" else ""
+        if w.dataset == "multi-turn":
+            prefix = f"mt{w.num_turns}-"
+        shape = f"{prefix}in{mean_in}-out{w.output_len}"
+    name = f"c{concurrency}-{shape}"
+    if isinstance(w.request_rate, tuple):
+        name += f"-r{w.request_rate[0]:g}-{w.request_rate[-1]:g}"
+    elif not math.isinf(w.request_rate):
         name += f"-r{w.request_rate:g}"
     return name
+
+
+# Keys that only mean something for some datasets: given for another, they would be ignored.
+_DATASET_KEYS: dict[str, tuple[str, ...]] = {
+    "system_prompt_len": ("shared-prefix",),
+    "num_groups": ("shared-prefix",),
+    "dataset_path": ("sharegpt",),
+    "context_len": ("sharegpt",),
+    "input_len": ("random", "shared-prefix", "multi-turn"),
+    "input_len_distribution": ("random", "shared-prefix", "multi-turn"),
+    "output_len_distribution": ("random", "shared-prefix", "multi-turn"),
+    "num_turns": ("multi-turn",),
+    "think_time_s": ("multi-turn",),
+}
+
+
+def _check_dataset(ctx: _Ctx, where: str, fields: dict[str, Any]) -> None:
+    dataset = fields.get("dataset", "random")
+    for key, datasets in _DATASET_KEYS.items():
+        if key in fields and dataset not in datasets:
+            names = " or ".join(f'"{d}"' for d in datasets)
+            raise ctx.fail(where, key, f'applies to dataset = {names}, not "{dataset}"; remove it')
+    hist = fields.get("input_len_distribution")
+    if dataset == "sharegpt":
+        if not fields.get("dataset_path"):
+            raise ctx.fail(where, "dataset_path", 'missing; dataset = "sharegpt" needs the local ShareGPT JSON file, e.g. dataset_path = "data/sharegpt.json"')
+        return
+    if hist is not None and hist.kind == "histogram":
+        if "input_len" in fields:
+            raise ctx.fail(where, "input_len", "conflicts with input_len_distribution of kind histogram, whose bins give the lengths; remove input_len")
+    elif "input_len" not in fields:
+        raise ctx.fail(where, "input_len", f'missing; dataset = "{dataset}" needs input_len and output_len')
+    if "output_len" not in fields:
+        raise ctx.fail(where, "output_len", f'missing; dataset = "{dataset}" needs input_len and output_len')
+    out_hist = fields.get("output_len_distribution")
+    if out_hist is not None and out_hist.kind == "histogram":
+        raise ctx.fail(where, "output_len_distribution", "a histogram gives prompt lengths only (input_len_distribution); use normal or lognormal around output_len")
+    for side in ("input", "output"):
+        dist, mean = fields.get(f"{side}_len_distribution"), fields.get(f"{side}_len")
+        if dist is not None and dist.kind != "histogram" and mean is not None and not (dist.min <= mean <= (dist.max or mean)):
+            bounds = f"[{dist.min}, {dist.max if dist.max is not None else 'no max'}]"
+            raise ctx.fail(where, f"{side}_len_distribution", f"the mean {side}_len = {mean} lies outside min and max {bounds}; widen them or move the mean")
+    if dataset == "shared-prefix" and "system_prompt_len" not in fields:
+        raise ctx.fail(where, "system_prompt_len", 'missing; dataset = "shared-prefix" needs system_prompt_len (tokens of each group\'s shared system prompt)')
+    if dataset == "multi-turn":
+        turns = fields.get("num_turns")
+        if turns is None:
+            raise ctx.fail(where, "num_turns", 'missing; dataset = "multi-turn" needs num_turns (requests per chat session), e.g. num_turns = 4')
+        prompts = fields.get("num_prompts")
+        if isinstance(prompts, int) and prompts % turns:
+            raise ctx.fail(where, "num_prompts", f"{prompts} is not a multiple of num_turns = {turns}: every chat session runs all its turns; use e.g. num_prompts = {max(1, prompts // turns) * turns}")
+        if fields.get("client_processes", 1) != 1:
+            raise ctx.fail(where, "client_processes", 'dataset = "multi-turn" runs in one client process (a session\'s turns wait on each other); remove client_processes')
+
+
+def _expand(ctx: _Ctx, where: str, fields: dict[str, Any]) -> tuple[list[Workload], Sweep | None]:
+    """The workload of ``fields``; a concurrency or request_rate list is a sweep of point workloads."""
+    concurrency, rate = fields["concurrency"], fields.get("request_rate", math.inf)
+    if isinstance(concurrency, tuple) and isinstance(rate, tuple):
+        raise ctx.fail(where, "request_rate", "a sweep varies one load at a time: give a list for concurrency or for request_rate, not both")
+    axis = "concurrency" if isinstance(concurrency, tuple) else "request_rate" if isinstance(rate, tuple) else ""
+    loads: tuple[float, ...] = concurrency if axis == "concurrency" else rate if axis else ()
+    first = {**fields, axis: loads[0]} if axis else fields
+    shown_c = f"{concurrency[0]}-{concurrency[-1]}" if axis == "concurrency" else str(concurrency)
+    base = Workload(**{"name": "", **first})
+    if "name" not in fields:
+        base = replace(base, name=_workload_id(replace(base, request_rate=rate), shown_c))
+    if not axis:
+        if base.client_processes != "auto" and base.client_processes > base.concurrency:
+            raise ctx.fail(where, "client_processes", f"{base.client_processes} processes cannot share concurrency = {base.concurrency}; every process needs at least one stream (use at most {base.concurrency})")
+        for key in ("capacity_percentile", "capacity_bisect_steps"):
+            if key in fields:
+                raise ctx.fail(where, key, "applies to sweeps only (concurrency = [...] or request_rate = [...])")
+        return [base], None
+    if base.slo is None:
+        raise ctx.fail(where, "slo", f"missing; a sweep over {axis} finds the highest load that meets the SLO: add e.g. slo = {{ ttft_ms = 2000, tpot_ms = 100 }}")
+    if axis == "concurrency" and loads[-1] > base.num_prompts:
+        raise ctx.fail(where, "concurrency", f"{loads[-1]:g} is more than num_prompts = {base.num_prompts}: at most num_prompts requests can be in flight, so loads beyond it repeat the same run; raise num_prompts or drop those loads")
+    if base.client_processes != "auto" and base.client_processes > min(loads):
+        raise ctx.fail(where, "client_processes", f"{base.client_processes} processes cannot share concurrency = {min(loads):g} at the sweep's first point; use at most {min(loads):g}")
+    sweep = Sweep(name=base.name, axis=axis, loads=loads, points=(), base=base)  # type: ignore[arg-type]
+    points = [sweep.point(load) for load in loads]
+    return points, replace(sweep, points=tuple(p.name for p in points))
 
 
 def parse_profile(text: str, path: Path) -> Profile:
@@ -117,8 +212,9 @@ def parse_profile(text: str, path: Path) -> Profile:
     must = _and(required(Workload))
     workloads_raw = raw.get("workload")
     if not isinstance(workloads_raw, list) or not workloads_raw:
-        raise ctx.fail("[[workload]]", None, f"missing; add at least one [[workload]] table with {must}")
+        raise ctx.fail("[[workload]]", None, f"missing; add at least one [[workload]] table with {must}, input_len and output_len")
     workloads: list[Workload] = []
+    sweeps: list[Sweep] = []
     for i, w in enumerate(workloads_raw, start=1):
         where = f"[[workload]] #{i}"
         if not isinstance(w, dict):
@@ -129,12 +225,11 @@ def parse_profile(text: str, path: Path) -> Profile:
         for key in required(Workload):
             if key not in fields:
                 raise ctx.fail(where, key, f"missing; every workload needs {must}")
-        workload = Workload(**{"name": "", **fields})
-        if "name" not in fields:
-            workload = replace(workload, name=_workload_id(workload))
-        if workload.client_processes != "auto" and workload.client_processes > workload.concurrency:
-            raise ctx.fail(where, "client_processes", f"{workload.client_processes} processes cannot share concurrency = {workload.concurrency}; every process needs at least one stream (use at most {workload.concurrency})")
-        workloads.append(workload)
+        _check_dataset(ctx, where, fields)
+        points, sweep = _expand(ctx, where, fields)
+        workloads += points
+        if sweep is not None:
+            sweeps.append(sweep)
     if gate.max_repeats is not None:
         for w in workloads:
             repeats = w.repeats if w.repeats is not None else gate.repeats
@@ -144,6 +239,9 @@ def parse_profile(text: str, path: Path) -> Profile:
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise ctx.fail("[[workload]]", "name", f"workload names must be unique; {', '.join(dup)} appears more than once (set name = \"...\" to tell them apart)")
+    taken = sorted({s.name for s in sweeps} & set(names))
+    if taken:
+        raise ctx.fail("[[workload]]", "name", f"{taken[0]!r} names both a sweep and a workload; sweeps and workloads share one namespace (baselines, test ids)")
 
     return Profile(
         path=path,
@@ -153,6 +251,7 @@ def parse_profile(text: str, path: Path) -> Profile:
         telemetry=telemetry,
         workloads=tuple(workloads),
         gate=gate,
+        sweeps=tuple(sweeps),
     )
 
 

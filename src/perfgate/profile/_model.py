@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal, get_args
 
@@ -21,6 +21,7 @@ from perfgate.profile._keys import (
     nonempty_string,
     number,
     open_ratio,
+    optional_url_path,
     port_number,
     ratio,
     scalar_map,
@@ -31,12 +32,16 @@ from perfgate.profile._keys import (
     url,
     url_path,
 )
+from perfgate.profile._tables import LengthDist, Slo, concurrency_or_sweep, length_dist, rate_or_sweep, slo_table
 
 ServerKind = Literal["sglang", "simulator", "attach", "command"]
 Backend = Literal["sglang", "openai-completions", "openai-chat"]
 AutotuneMode = Literal["auto", "force", "off"]
 TelemetryKind = Literal["auto", "nvml", "dcgm", "none"]
 Pacing = Literal["poisson", "constant"]
+Dataset = Literal["random", "shared-prefix", "sharegpt", "multi-turn"]
+CapacityStat = Literal["median", "p90", "p95", "p99"]
+SweepAxis = Literal["concurrency", "request_rate"]
 InconclusivePolicy = Literal["fail", "warn"]
 
 
@@ -104,18 +109,51 @@ class TelemetrySpec:
                                   "between the reads at every measured phase's start and end", default=30.0)
     require_power: bool = key(boolean, "fail the run when power cannot be measured (else: reported as not measured)",
                               default=False)
+    server_metrics_path: str = key(optional_url_path, 'the server\'s Prometheus metrics (SGLang needs --enable-metrics); "" = '
+                                   "do not read them; required when a server_* metric is gated", default="/metrics")
+    server_metrics_interval_s: float = key(number(0.05), "sampling period of the server's gauges (requests running "
+                                           "and queued, KV use); counters are also read at the edges of each run",
+                                           default=0.5)
 
 
 @dataclass(frozen=True)
 class Workload:
-    """One load shape, run ``repeats`` times and gated on its own."""
+    """One load shape, run ``repeats`` times and gated on its own (a sweep's point is one too)."""
 
-    name: str = key(nonempty_string, "test id and baseline file name", shown_default="`c{concurrency}-in{input_len}-out{output_len}[-r{request_rate}]`")
+    name: str = key(nonempty_string, "test id and baseline file name", shown_default="`c{concurrency}-in{input_len}-out{output_len}[-r{request_rate}]`; other datasets and sweeps: see \"Production-like workloads\"")
     num_prompts: int = key(integer(1), "measured requests per repeat")
-    concurrency: int = key(integer(1), "most requests in flight")
-    input_len: int = key(integer(1), "prompt tokens per request (exact: prompts are token ids)")
-    output_len: int = key(integer(1), "output tokens per request")
-    request_rate: float = key(number(0.0, strict_min=True, allow_inf=True),
+    # A list is a capacity sweep: the loader makes one point workload per value (Profile.sweeps).
+    concurrency: int = key(concurrency_or_sweep, "most requests in flight")
+    dataset: Dataset = key(choice(*get_args(Dataset)), "where prompts come from: seeded random token ids, groups "
+                           "sharing a system prompt, conversations from a ShareGPT JSON file, or chat sessions whose turns "
+                           "resend the history", default="random")
+    input_len: int | None = key(integer(1), "prompt tokens per request (exact: prompts are token ids); shared-prefix: "
+                                "the question after the system prompt; multi-turn: each user message", default=None,
+                                shown_default='required, except with dataset = "sharegpt" or a histogram')
+    output_len: int | None = key(integer(1), "output tokens per request; sharegpt: overrides the conversation's "
+                                 "answer length; multi-turn: each reply", default=None, shown_default='required, except with dataset = "sharegpt"')
+    input_len_distribution: LengthDist | None = key(length_dist, "how prompt lengths vary (mean input_len); default: "
+                                                    "uniform in [range_ratio x input_len, input_len]", default=None,
+                                                    shown_default="uniform")
+    output_len_distribution: LengthDist | None = key(length_dist, "how output lengths vary (mean output_len); "
+                                                     "default: uniform in [range_ratio x output_len, output_len]",
+                                                     default=None, shown_default="uniform")
+    system_prompt_len: int = key(integer(1), 'shared-prefix: tokens of each group\'s system prompt', default=0,
+                                 shown_default='required with dataset = "shared-prefix"')
+    num_groups: int = key(integer(1), "shared-prefix: distinct system prompts; requests are spread evenly over them",
+                          default=1)
+    num_turns: int = key(integer(1), "multi-turn: requests per chat session; turn k sends the k-1 earlier user "
+                         "messages and replies again, then a new user message; num_prompts must be a multiple",
+                         default=0, shown_default='required with dataset = "multi-turn"')
+    think_time_s: float = key(number(0.0), "multi-turn: the user's think time between a reply's end and the "
+                              "session's next turn (not in warmup)", default=0.0)
+    dataset_path: str = key(string, "sharegpt: the local JSON file (ShareGPT format: a list of "
+                            "{conversations: [{from, value}, ...]})", default="",
+                            shown_default='required with dataset = "sharegpt"')
+    context_len: int | None = key(integer(2), "sharegpt: drop conversations whose prompt + output exceed this many "
+                                  "tokens (bench_serving's --sharegpt-context-len)", default=None,
+                                  shown_default="no limit")
+    request_rate: float = key(rate_or_sweep(number(0.0, strict_min=True, allow_inf=True)),
                               'arrival rate in requests/s; "inf" sends up to concurrency at once', default=math.inf)
     warmup_requests: int = key(integer(0), "requests before measuring, at the same concurrency, excluded from every number",
                                default=1)
@@ -141,6 +179,13 @@ class Workload:
         default=1)
     extra_body: Mapping[str, object] = key(table, "JSON fields merged into every request body (e.g. generation_config)",
                                            default_factory=dict)
+    slo: Slo | None = key(slo_table, "latency targets a request must meet to count toward goodput and SLO "
+                          "attainment; a sweep's capacity is judged against them", default=None, shown_default="none")
+    capacity_percentile: CapacityStat = key(choice(*get_args(CapacityStat)), "sweeps: the latency statistic that "
+                                            "must meet every slo target for a load to count as within capacity",
+                                            default="p90")
+    capacity_bisect_steps: int = key(integer(0), "sweeps: loads run between the last point within the SLO and the "
+                                     "first beyond it, halving the gap each time", default=0)
     floors: Mapping[str, float] = key(metric_map(), "absolute floors; override [gate] floors", default_factory=dict)
     ceilings: Mapping[str, float] = key(metric_map(), "absolute ceilings; override [gate] ceilings",
                                         default_factory=dict)
@@ -148,8 +193,12 @@ class Workload:
                                          default_factory=dict)
 
     def spec(self) -> dict[str, object]:
-        """The fields that change what is measured: part of a baseline's fingerprint."""
-        return {
+        """The fields that change what is measured: part of a baseline's fingerprint.
+
+        Keys of the original random dataset are always there; the others only when they are
+        set, so a workload that uses none of them keeps the fingerprint it always had.
+        """
+        spec: dict[str, object] = {
             "num_prompts": self.num_prompts,
             "concurrency": self.concurrency,
             "input_len": self.input_len,
@@ -162,6 +211,61 @@ class Workload:
             "pacing": self.pacing,
             "token_id_range": list(self.token_id_range) if self.token_id_range else None,
         }
+        if self.dataset != "random":
+            spec["dataset"] = self.dataset
+        if self.dataset == "shared-prefix":
+            spec.update(system_prompt_len=self.system_prompt_len, num_groups=self.num_groups)
+        if self.dataset == "multi-turn":
+            spec.update(num_turns=self.num_turns, think_time_s=self.think_time_s)
+        if self.context_len is not None:
+            spec["context_len"] = self.context_len
+        for side, dist in (("input", self.input_len_distribution), ("output", self.output_len_distribution)):
+            if dist is not None:
+                spec[f"{side}_len_distribution"] = dist.spec()
+        # Goodput and SLO attainment are counted against the SLO: another SLO, other numbers.
+        if self.slo is not None:
+            spec["slo"] = self.slo.targets()
+        return spec
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A workload run at several loads (``concurrency = [...]`` or ``request_rate = [...]``).
+
+    ``points`` are the names of its point workloads (ordinary workloads of the profile, one per
+    load, in increasing load); ``base`` is the workload as written, with the axis set to the
+    first load. Its capacity is the highest load at which the ``capacity_percentile`` latency
+    meets every target of ``base.slo``.
+    """
+
+    name: str
+    axis: SweepAxis
+    loads: tuple[float, ...]
+    points: tuple[str, ...]
+    base: Workload
+
+    def spec(self) -> dict[str, object]:
+        """The capacity's fingerprint: the base workload with the swept axis as its list of loads."""
+        spec = self.base.spec()
+        spec[self.axis] = [int(x) if self.axis == "concurrency" else x for x in self.loads]
+        spec["capacity_percentile"] = self.base.capacity_percentile
+        spec["capacity_bisect_steps"] = self.base.capacity_bisect_steps
+        return spec
+
+    def point_name(self, load: float) -> str:
+        return f"{self.name}@c{int(load)}" if self.axis == "concurrency" else f"{self.name}@r{load:g}"
+
+    def point(self, load: float) -> Workload:
+        """The point workload at ``load`` (also for loads between the sweep's own, when bisecting).
+
+        Each load draws its own prompts (its seed is the sweep's plus the load, in thousandths
+        for rates): with the same prompts, a load would find the previous load's in the
+        server's prefix cache.
+        """
+        if self.axis == "concurrency":
+            return replace(self.base, name=self.point_name(load), concurrency=int(load), seed=self.base.seed + int(load))
+        return replace(self.base, name=self.point_name(load), request_rate=float(load),
+                       seed=self.base.seed + round(load * 1000))
 
 
 # 3 %: with 3 repeats and ~1 % run-to-run noise the verdict catches 98.9 % of 5 % throughput
@@ -205,6 +309,10 @@ class GateSpec:
                                        "this is invalid (it measured the client)", default=200.0)
     client_max_cpu_share: float = key(number(0.0, strict_min=True), "a run whose client used more than this share "
                                       "of a core is invalid", default=0.9)
+    server_max_disagreement: float = key(number(0.0, strict_min=True), "a run whose output tokens counted by the "
+                                         "server (its /metrics) and by the client differ by more than this share is "
+                                         "invalid: another load shared the server, or tokens were miscounted",
+                                         default=0.05)
 
 
 @dataclass(frozen=True)
@@ -216,6 +324,11 @@ class Profile:
     telemetry: TelemetrySpec
     workloads: tuple[Workload, ...]
     gate: GateSpec
+    sweeps: tuple[Sweep, ...] = ()
+
+    def sweep_of(self, workload: Workload) -> Sweep | None:
+        """The sweep ``workload`` is a point of, if any."""
+        return next((s for s in self.sweeps if workload.name in s.points), None)
 
     def workload(self, name: str) -> Workload:
         for w in self.workloads:

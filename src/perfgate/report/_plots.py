@@ -4,7 +4,9 @@ One figure per workload, readable without the README: the last repeat's output t
 and requests in flight over time (steady window shaded, the baseline's median throughput
 dashed), per-GPU power when measured (with the baseline's weakest-GPU power), and the TPOT
 and TTFT distributions on axes of their own (at 1024 streams TPOT is ~50 ms while TTFT spans
-0.6-20 s), each with the baseline's value marked. An A/B gets one figure per workload too
+0.6-20 s), each with the baseline's value marked. One figure per sweep: its throughput and
+SLO'd latencies against load, this run solid and the baseline's points dashed, with the SLO
+targets and both capacities marked. An A/B gets one figure per workload too
 (:func:`write_ab_plots`): A and B per round, and B/A per round against the limit.
 """
 
@@ -52,6 +54,9 @@ def write_plots(doc: dict[str, Any], out_dir: Path) -> list[Path]:
         if not wl["repeats"]:
             continue
         written.append(_save(plt, _figure(plt, wl), out_dir / f"{wl['workload']}.png", dpi=110))
+    for sweep in doc.get("sweeps", []):
+        if sweep["points"]:
+            written.append(_sweep_plot(plt, sweep, out_dir))
     return written
 
 
@@ -155,3 +160,53 @@ def write_ab_plots(doc: dict[str, Any], out_dir: Path) -> list[Path]:
         axes[0][0].set_title(f"{wl['workload']}: A and B per round (round, order)", fontsize=9)
         written.append(_save(plt, fig, out_dir / f"ab-{wl['workload']}.png", dpi=100))
     return written
+
+
+_LATENCY_NAMES = {"ttft_ms": "ttft", "tpot_ms": "tpot", "e2e_ms": "e2e_latency"}
+
+
+def _sweep_plot(plt: Any, sweep: dict[str, Any], out_dir: Path) -> Path:
+    """Throughput and the SLO'd latencies against load, this run solid and the baseline dashed, with
+    the SLO targets and both capacities marked."""
+    from matplotlib.ticker import ScalarFormatter  # matplotlib is there: plt came from it
+
+    points = sweep["points"]
+    loads = [p["load"] for p in points]
+    grid = [p for p in points if p["baseline_medians"]]
+    fig, (axt, axl) = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
+    axt.plot(loads, [p["medians"].get("output_throughput") for p in points], "o-", label="output tok/s (this run)")
+    if grid:
+        axt.plot([p["load"] for p in grid], [p["baseline_medians"].get("output_throughput") for p in grid], "s--",
+                 color="tab:gray", label="output tok/s (baseline)")
+    axt.set_ylabel("output tok/s")
+    axt.set_title(f"{sweep['sweep']}: throughput and {sweep['stat']} latency by {sweep['axis']}")
+    axt.legend(fontsize=8)
+    for i, (key, target) in enumerate(sweep["slo"].items()):
+        name = f"{sweep['stat']}_{_LATENCY_NAMES[key]}_ms"
+        color = f"C{i + 1}"
+        axl.plot(loads, [p["medians"].get(name) for p in points], "o-", color=color, label=f"{name} (this run)")
+        if grid:
+            axl.plot([p["load"] for p in grid], [p["baseline_medians"].get(name) for p in grid], "s--", color=color,
+                     alpha=0.6, label=f"{name} (baseline)")
+        axl.axhline(target, color=color, ls=":", lw=1, label=f"SLO {key} {target:g}")
+    capacity = sweep["verdict"]["metrics"][0] if sweep["verdict"] else {}
+    for value, style, label in ((capacity.get("measured"), "-", "capacity"), (capacity.get("baseline"), "--", "baseline capacity")):
+        if value is None:
+            continue
+        # A capacity of 0 (no load met the SLO) is drawn at the lowest load, and says so.
+        x = value or loads[0]
+        for ax in (axt, axl):
+            ax.axvline(x, color="black", ls=style, lw=0.8)
+        axl.text(x, axl.get_ylim()[1], f" {label} {value:g}" + ("" if value else " (below the lowest load)"),
+                 va="top", fontsize=8)
+    if loads[-1] >= 4 * loads[0]:
+        axl.set_xscale("log", base=2)
+    axl.set_yscale("log")
+    for axis in (axl.xaxis, axl.yaxis):
+        axis.set_major_formatter(ScalarFormatter())
+    axl.yaxis.set_minor_formatter(ScalarFormatter())
+    axl.set_ylabel("ms")
+    axl.set_xlabel(sweep["axis"])
+    axl.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    return _save(plt, fig, out_dir / f"{sweep['sweep']}-capacity.png", dpi=110)

@@ -11,7 +11,7 @@ from typing import Any
 
 from perfgate.load import RequestRecord
 from perfgate.report._table import render_markdown, rows
-from perfgate.session import RepeatResult, RunSummary, WorkloadResult, window_json
+from perfgate.session import RepeatResult, RunSummary, SweepResult, WorkloadResult, window_json
 from perfgate.verdict import MetricRule
 
 RESULTS_SCHEMA = 1
@@ -84,13 +84,18 @@ def repeat_json(rep: RepeatResult, *, stream_requests: bool = False) -> dict[str
         "end_s": rep.load.end_s,
         "client": plain(rep.load.client),
         "errors": m.errors,
-        "notes": m.notes,
+        "notes": rep.notes(),
         "steady_window": plain(m.steady),
         "timeline": plain(m.timeline),
         "telemetry": (
             {"window": window_json(rep.telemetry), "aligned_to": rep.telemetry_note, "timeline": rep.telemetry_timeline}
             if rep.telemetry is not None
             else {"not_measured": rep.telemetry_note}
+        ),
+        "server_metrics": (
+            {**plain(rep.server), "output_token_gap": rep.output_token_gap()}
+            if rep.server is not None
+            else {"not_measured": rep.server_note}
         ),
         "requests": _Requests(records) if stream_requests else [_request_json(r) for r in records],
     }
@@ -110,6 +115,38 @@ def _workload_json(res: WorkloadResult, rules: tuple[MetricRule, ...], stream_re
     }
 
 
+def _sweep_json(sw: SweepResult, rules: tuple[MetricRule, ...]) -> dict[str, Any]:
+    """A sweep's curve and capacity; each point's full repeats are under "workloads" (bisected
+    points, which are no workload of the profile, carry their metrics here)."""
+    return {
+        "sweep": sw.sweep,
+        "axis": sw.axis,
+        "stat": sw.stat,
+        "slo": sw.slo,
+        "rules": plain(rules),
+        "valid": sw.valid,
+        "invalid_reasons": sw.invalid_reasons,
+        "error": sw.error,
+        "notes": sw.notes,
+        "capacities": sw.capacities,
+        "within": sw.within,
+        "fingerprint": plain(sw.fingerprint),
+        "baseline": {"path": sw.baseline_path, "note": sw.baseline_note, "recorded": sw.recorded, "previous": sw.previous_values},
+        "verdict": plain(sw.verdict),
+        "points": [
+            {
+                "load": p.load,
+                "workload": p.workload,
+                "bisected": p.bisected,
+                "medians": plain(p.medians()),
+                "baseline_medians": p.baseline_values,
+                "repeats": [plain(r.flat_metrics()) for r in p.repeats],
+            }
+            for p in sw.points
+        ],
+    }
+
+
 def results_document(summary: RunSummary, *, stream_requests: bool = False) -> dict[str, Any]:
     """Everything the run measured and decided, as JSON-able data; ``stream_requests`` makes each
     request's object only when it is read (for :func:`write_documents`)."""
@@ -121,7 +158,9 @@ def results_document(summary: RunSummary, *, stream_requests: bool = False) -> d
         "server": dict(server.provenance) if server else None,
         "gpus": plain(list(summary.gpus)),
         "telemetry_note": summary.telemetry_note,
+        "server_metrics": {"url": summary.server_metrics_url, "note": summary.server_metrics_note},
         "workloads": [_workload_json(r, summary.rules.get(r.workload, ()), stream_requests) for r in summary.workloads],
+        "sweeps": [_sweep_json(s, summary.rules.get(s.sweep, ())) for s in summary.sweeps],
         "errors": summary.failures,
     }
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from collections.abc import Collection, Sequence
 
 from perfgate._stats import median
 from perfgate.session import RunSummary
-from perfgate.verdict import fmt_value, unit_of
+from perfgate.verdict import MetricVerdict, fmt_value, unit_of
 
 # Shown for every workload even when not gated, so the table always says what was measured.
 INFO_METRICS = (
@@ -16,8 +16,11 @@ INFO_METRICS = (
     "mean_ttft_ms",
     "mean_tpot_ms",
     "p99_tpot_ms",
+    "goodput",
+    "slo_attainment_pct",
     "concurrency",
     "steady_output_throughput",
+    "server_cache_hit_rate",
     "gpu_power_min_w",
     "gpu_power_mean_w",
     "output_tokens_per_j",
@@ -43,42 +46,36 @@ def _verdict_label(status: str, ok: bool) -> str:
     return f"{label} (warning)" if status == "inconclusive" and ok else label
 
 
+def _verdict_row(name: str, v: MetricVerdict, recorded: bool, previous: Mapping[str, float], label: str = "") -> Row:
+    unit = unit_of(v.metric)
+    measured = fmt_value(v.measured, unit) if v.measured is not None else "-"
+    if recorded:
+        # Recording: the baseline column is the previous baseline, so the row reads old -> new.
+        old = previous.get(v.metric)
+        change = f"{(v.measured - old) / abs(old) * 100:+.1f}%" if old and v.measured is not None else "-"
+        return Row(name, label or v.metric, measured, fmt_value(old, unit) if old is not None else "(none)", "", change,
+                   "recorded")
+    return Row(
+        name,
+        label or v.metric,
+        measured,
+        fmt_value(v.baseline, unit) if v.baseline is not None else "-",
+        fmt_value(v.limit, unit) if v.limit is not None else "-",
+        f"{v.change_pct:+.1f}%" if v.change_pct is not None else "-",
+        _verdict_label(v.status, v.ok),
+    )
+
+
 def rows(summary: RunSummary) -> list[Row]:
     """The summary table: each workload's gated metrics, the informative ones, failed requests next
-    to their allowed rate (a run that failed requests within its allowance still shows them)."""
+    to their allowed rate (a run that failed requests within its allowance still shows them), then
+    each sweep's capacity."""
     out: list[Row] = []
     for res in summary.workloads:
         gated = set()
         for v in res.verdict.metrics if res.verdict else ():
             gated.add(v.metric)
-            unit = unit_of(v.metric)
-            if res.recorded:
-                # Recording: the baseline column is the previous baseline, so the row reads old -> new.
-                old = res.previous_values.get(v.metric)
-                change = f"{(v.measured - old) / abs(old) * 100:+.1f}%" if old and v.measured is not None else "-"
-                out.append(
-                    Row(
-                        res.workload,
-                        v.metric,
-                        fmt_value(v.measured, unit) if v.measured is not None else "-",
-                        fmt_value(old, unit) if old is not None else "(none)",
-                        "",
-                        change,
-                        "recorded",
-                    )
-                )
-                continue
-            out.append(
-                Row(
-                    res.workload,
-                    v.metric,
-                    fmt_value(v.measured, unit) if v.measured is not None else "-",
-                    fmt_value(v.baseline, unit) if v.baseline is not None else "-",
-                    fmt_value(v.limit, unit) if v.limit is not None else "-",
-                    f"{v.change_pct:+.1f}%" if v.change_pct is not None else "-",
-                    _verdict_label(v.status, v.ok),
-                )
-            )
+            out.append(_verdict_row(res.workload, v, res.recorded, res.previous_values))
         repeats = res.repeat_metrics()
         for metric in INFO_METRICS:
             if metric in gated:
@@ -96,6 +93,14 @@ def rows(summary: RunSummary) -> list[Row]:
             out.append(Row(res.workload, f"stopped after {len(res.repeats)} repeat(s)", "", "", "", "", "ERROR"))
         elif not res.valid:
             out.append(Row(res.workload, "run validity", "", "", "", "", "INVALID"))
+    for sw in summary.sweeps:
+        label = f"capacity ({sw.axis}, {sw.stat})"
+        for v in sw.verdict.metrics if sw.verdict else ():
+            out.append(_verdict_row(sw.sweep, v, sw.recorded, sw.previous_values, label))
+        if sw.error:
+            out.append(Row(sw.sweep, "capacity: stopped", "", "", "", "", "ERROR"))
+        elif sw.invalid_reasons:
+            out.append(Row(sw.sweep, "capacity validity", "", "", "", "", "INVALID"))
     return out
 
 

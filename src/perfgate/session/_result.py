@@ -6,11 +6,15 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from perfgate._stats import median
 from perfgate.baseline import Fingerprint
 from perfgate.load import LoadRun
 from perfgate.metrics import ServingMetrics
-from perfgate.telemetry import TelemetryWindow
-from perfgate.verdict import WorkloadVerdict
+from perfgate.telemetry import ServerWindow, TelemetryWindow
+from perfgate.verdict import MetricVerdict, WorkloadVerdict
+
+# Server- and client-counted output tokens differing by more than this are worth a note.
+_GAP_NOTE = 0.01
 
 
 def _finite(obj: Any) -> Any:
@@ -39,10 +43,15 @@ class RepeatResult:
     telemetry_note: str = ""
     # Per-GPU samples over the whole measured phase, for plots.
     telemetry_timeline: dict[str, Any] | None = None
+    # The server's own metrics over this run; None when they were not read (server_note says why).
+    server: ServerWindow | None = None
+    server_note: str = ""
 
     def flat_metrics(self) -> dict[str, float]:
-        """Every number of this repeat under its metric name: serving metrics, then telemetry."""
+        """Every number of this repeat under its metric name: serving metrics, then telemetry and the server's."""
         values = dict(self.metrics.values)
+        if self.server is not None:
+            values.update(self.server.metrics())
         if self.telemetry is not None:
             values.update(self.telemetry.metrics())
             energy = values.get("energy_j")
@@ -50,6 +59,26 @@ class RepeatResult:
             if energy and window_tokens:
                 values["output_tokens_per_j"] = window_tokens / energy
         return values
+
+    def output_token_gap(self) -> float | None:
+        """(server-counted - client-counted) / client-counted output tokens of every measured request,
+        failed ones included; None when the server counts none or the client saw none."""
+        if self.server is None or self.server.generation_tokens is None:
+            return None
+        client = sum(r.output_tokens if r.output_tokens is not None else sum(r.chunk_tokens) for r in self.load.records)
+        return (self.server.generation_tokens - client) / client if client else None
+
+    def notes(self) -> list[str]:
+        """What the metrics, the server's window and the token comparison have to say about this repeat."""
+        notes = list(self.metrics.notes)
+        if self.server is not None:
+            notes += self.server.notes
+        gap = self.output_token_gap()
+        server_tokens = self.server.generation_tokens if self.server is not None else None
+        if gap is not None and server_tokens is not None and abs(gap) > _GAP_NOTE:
+            notes.append(f"the server counted {server_tokens:,.0f} output tokens, the client "
+                         f"{server_tokens / (1 + gap):,.0f} ({gap:+.1%})")
+        return notes
 
     def _window_output_tokens(self) -> float:
         steady = self.metrics.steady
@@ -66,7 +95,7 @@ class WorkloadResult:
     repeats: list[RepeatResult]
     invalid_reasons: list[str]
     # None when the workload failed before it could be judged (see ``error``).
-    verdict: WorkloadVerdict | None = None
+    verdict: WorkloadVerdict[MetricVerdict] | None = None
     fingerprint: Fingerprint | None = None
     baseline_path: str = ""
     baseline_note: str = ""
@@ -86,3 +115,62 @@ class WorkloadResult:
     def verdict_medians(self) -> dict[str, float | None]:
         """Median over repeats of every gated metric (None where not measured)."""
         return {v.metric: v.measured for v in self.verdict.metrics} if self.verdict else {}
+
+
+@dataclass
+class SweepPoint:
+    """One load of a sweep, as its capacity sees it.
+
+    ``repeats`` is the sweep's own list: the point workload's repeats, plus any the capacity's
+    noise test asked for (the point's own verdict never sees those). ``bisected`` points were
+    run between two of the profile's loads to refine the capacity; they have no baseline.
+    ``baseline_values``: the point's baseline medians ({} when there is none).
+    """
+
+    load: float
+    workload: str
+    bisected: bool
+    repeats: list[RepeatResult]
+    baseline_values: dict[str, float] = field(default_factory=dict)
+
+    def medians(self) -> dict[str, float]:
+        """Median over repeats of every metric any repeat has."""
+        runs = [r.flat_metrics() for r in self.repeats]
+        names = sorted({k for r in runs for k in r})
+        return {k: median([r[k] for r in runs if k in r]) for k in names}
+
+
+@dataclass
+class SweepResult:
+    """A sweep's curve and capacity, judged against the capacity's baseline.
+
+    ``within[i][j]``: whether point j (in load order) met the SLO in repeat i (its ``stat``
+    latency at or below every target, and no more failed requests than the workload allows);
+    ``capacities[i]``: the capacity of repeat i. ``invalid_reasons``: why the capacity cannot
+    be trusted (a client that set the pace, another load on the server); ``error``: why the
+    sweep stopped.
+    """
+
+    sweep: str
+    axis: str
+    stat: str
+    slo: dict[str, float]
+    points: list[SweepPoint]
+    within: list[list[bool]] = field(default_factory=list)
+    capacities: list[float] = field(default_factory=list)
+    invalid_reasons: list[str] = field(default_factory=list)
+    verdict: WorkloadVerdict[MetricVerdict] | None = None
+    fingerprint: Fingerprint | None = None
+    baseline_path: str = ""
+    baseline_note: str = ""
+    recorded: bool = False
+    previous_values: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    error: str = ""
+
+    @property
+    def valid(self) -> bool:
+        return not self.invalid_reasons and not self.error
+
+    def capacity_repeats(self) -> list[dict[str, float]]:
+        return [{"capacity": c} for c in self.capacities]

@@ -6,23 +6,34 @@ The pytest plugin is a thin layer over this class; nothing here imports pytest.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from perfgate.baseline import BaselineStore, Fingerprint, fingerprint_for, others_note
+from perfgate.baseline import Baseline, BaselineStore, Fingerprint, fingerprint_for, others_note
 from perfgate.errors import BaselineError, LoadError, PerfgateError, ProfileError, TelemetryError
 from perfgate.gpu import Hardware, host_without_gpus
-from perfgate.load import ClientLimits, LoadRun, Progress, run_workload
+from perfgate.load import ClientLimits, LoadRun, Progress, check_dataset, dataset_identity, run_workload
 from perfgate.metrics import ServingMetrics, compute_metrics
-from perfgate.profile import Profile, Workload
+from perfgate.metrics import SLO_METRICS
+from perfgate.profile import Profile, Sweep, Workload
 from perfgate.server import RunningServer, ServerConfig, server_config, start_server
-from perfgate.session._record import record_baseline
-from perfgate.session._result import RepeatResult, WorkloadResult
+from perfgate.session._record import record_baseline, record_values
+from perfgate.session._result import RepeatResult, SweepResult, WorkloadResult
+from perfgate.session._sweep import SweepRun
 from perfgate.session._summary import RunSummary, ServerSummary
-from perfgate.telemetry import GpuIdentity, Monitor, NotMeasured, open_monitor
-from perfgate.verdict import MetricRule, WorkloadVerdict, judge, rules_for
+from perfgate.telemetry import (
+    SERVER_METRICS,
+    GpuIdentity,
+    Monitor,
+    NotMeasured,
+    ServerMonitor,
+    open_monitor,
+    open_server_monitor,
+)
+from perfgate.verdict import CAPACITY, MetricRule, MetricVerdict, WorkloadVerdict, capacity_rule, judge, rules_for
 
 
 RepeatRunner = Callable[[Callable[[], None], int], None]
@@ -45,6 +56,37 @@ class SessionOptions:
     # perfgate ab: the session runs the repeats and nothing else (no baseline read or written,
     # nothing judged, no reruns); the A/B judges pairs of sessions itself.
     measure_only: bool = False
+
+
+def _scraping_at_warmup_end(
+    scraper: ServerMonitor | None, on_progress: Callable[[Progress], None] | None
+) -> Callable[[Progress], None] | None:
+    """``on_progress``, also scraping the server's counters when the warmup's last request is done:
+    that reading holds the warmup and nothing of the measured phase."""
+    if scraper is None:
+        return on_progress
+
+    def progress(p: Progress) -> None:
+        if p.warmup and p.done == p.total:
+            scraper.scrape_now()
+        if on_progress is not None:
+            on_progress(p)
+
+    return progress
+
+
+def _check_gate_applies(profile: Profile) -> None:
+    """ValueError for a [gate] rule on a metric no workload of the profile can measure: it would
+    gate nothing, and say nothing about it."""
+    gate = profile.gate
+    in_gate = {*gate.tolerance, *gate.floors, *gate.ceilings}
+    if CAPACITY in in_gate and not profile.sweeps:
+        raise ValueError("[gate] sets capacity, which only sweeps measure (concurrency = [...] or request_rate = "
+                         "[...]); this profile has none")
+    slo_metrics = sorted(in_gate & SLO_METRICS)
+    if slo_metrics and not any(w.slo is not None for w in profile.workloads):
+        raise ValueError(f"[gate] sets {', '.join(slo_metrics)}, which only workloads with an slo measure; "
+                         "add slo = { ... } to a workload")
 
 
 def _failed_summary(load: LoadRun) -> str:
@@ -76,15 +118,29 @@ class Session:
         self._config: ServerConfig | None = None
         self._monitor: Monitor | None = None
         self.telemetry_note = ""
+        self._server_monitor: ServerMonitor | None = None
+        self.server_metrics_note = ""
         self.results: dict[str, WorkloadResult] = {}
         self.failures: dict[str, PerfgateError] = {}
+        self.sweep_results: dict[str, SweepResult] = {}
         # Rules are validated up front so a misspelt metric stops the run before anything boots.
-        self._rules = {}
+        self._rules: dict[str, list[MetricRule]] = {}
+        try:
+            for w in profile.workloads:
+                self._rules[w.name] = rules_for(profile.gate, w, in_sweep=profile.sweep_of(w) is not None)
+            self._sweep_rules = {sw.name: capacity_rule(profile.gate, sw.base) for sw in profile.sweeps}
+            _check_gate_applies(profile)
+        except ValueError as e:
+            raise ProfileError(f"profile {profile.path}: {e}") from None
+        self._gated_server_metrics = sorted({r.metric for rules in self._rules.values() for r in rules} & SERVER_METRICS)
+        if self._gated_server_metrics and not profile.telemetry.server_metrics_path:
+            raise ProfileError(
+                f"profile {profile.path}: [telemetry] server_metrics_path is \"\" but {', '.join(self._gated_server_metrics)} "
+                'is gated: the server\'s metrics are needed; set server_metrics_path = "/metrics"'
+            )
+        # A ShareGPT file that cannot give the prompts is found before a multi-minute boot.
         for w in profile.workloads:
-            try:
-                self._rules[w.name] = rules_for(profile.gate, w)
-            except ValueError as e:
-                raise ProfileError(f"profile {profile.path}: {e}") from None
+            check_dataset(w)
         self.store_notes = [] if options.measure_only else self.store.check(profile.name, for_update=options.update_baselines)
 
     # -- server and telemetry -------------------------------------------------------------
@@ -115,6 +171,7 @@ class Session:
             raise died
 
     def _open_telemetry(self, server: RunningServer) -> None:
+        self._open_server_metrics(server)
         spec = self.profile.telemetry
         monitor = open_monitor(spec, gpus=server.telemetry_gpus, base_url=server.base_url)
         if isinstance(monitor, NotMeasured):
@@ -127,6 +184,23 @@ class Session:
         monitor.start()
         self._stack.callback(monitor.stop)
         self._monitor = monitor
+
+    def _open_server_metrics(self, server: RunningServer) -> None:
+        spec = self.profile.telemetry
+        if not spec.server_metrics_path:
+            self.server_metrics_note = 'not read ([telemetry] server_metrics_path = "")'
+            return
+        try:
+            monitor = open_server_monitor(server.base_url, spec.server_metrics_path, interval_s=spec.server_metrics_interval_s)
+        except TelemetryError as e:
+            if self._gated_server_metrics:
+                raise TelemetryError(
+                    f"profile {self.profile.path}: {', '.join(self._gated_server_metrics)} is gated but {e}"
+                ) from None
+            self.server_metrics_note = str(e)
+            return
+        self._stack.callback(monitor.stop)
+        self._server_monitor = monitor
 
     def summary(self, teardown_notes: tuple[str, ...] = ()) -> RunSummary:
         """The run so far as plain data for reports."""
@@ -141,8 +215,12 @@ class Session:
             gpus=tuple(self.gpus()),
             power_source=self._monitor.source if self._monitor is not None else "",
             telemetry_note=self.telemetry_note,
+            server_metrics_url=self._server_monitor.url if self._server_monitor is not None else "",
+            server_metrics_note=self.server_metrics_note,
             workloads=tuple(self.results.values()),
-            rules={name: tuple(rules) for name, rules in self._rules.items()},
+            sweeps=tuple(self.sweep_results.values()),
+            rules={name: tuple(rules) for name, rules in self._rules.items()}
+            | {name: (rule,) for name, rule in self._sweep_rules.items()},
             error_rates={w.name: w.max_error_rate for w in self.profile.workloads},
             store_notes=tuple(self.store_notes),
             teardown_notes=teardown_notes,
@@ -158,6 +236,23 @@ class Session:
     # -- workloads ------------------------------------------------------------------------
     def repeats_for(self, workload: Workload) -> int:
         return self.options.repeats or self.profile.repeats_for(workload)
+
+    def run_sweep(self, sweep: Sweep, on_progress: Callable[[Progress], None] | None = None) -> SweepResult:
+        """Run (once per session) every load of ``sweep`` and judge its capacity; later calls return
+        the cached result. A point that stops raises its error (also on later calls)."""
+        if sweep.name in self.failures:
+            raise self.failures[sweep.name]
+        if sweep.name not in self.sweep_results:
+            run = SweepRun(self, sweep, self._sweep_rules[sweep.name], on_progress)
+            try:
+                run.run()
+            except PerfgateError as e:
+                run.result.error = str(e)
+                self.failures[sweep.name] = e
+                raise
+            finally:
+                self.sweep_results[sweep.name] = run.result
+        return self.sweep_results[sweep.name]
 
     def run(
         self,
@@ -182,7 +277,7 @@ class Session:
             return WorkloadResult(
                 workload=workload.name,
                 repeats=repeats,
-                invalid_reasons=self._invalid_reasons(workload, repeats),
+                invalid_reasons=self.invalid_reasons(workload, repeats),
                 fingerprint=fingerprint,
             )
 
@@ -199,7 +294,7 @@ class Session:
         except PerfgateError as e:
             self.failures[workload.name] = e
             self.results[workload.name] = WorkloadResult(
-                workload=workload.name, repeats=repeats, invalid_reasons=self._invalid_reasons(workload, repeats), error=str(e)
+                workload=workload.name, repeats=repeats, invalid_reasons=self.invalid_reasons(workload, repeats), error=str(e)
             )
             raise
         self.results[workload.name] = result
@@ -214,41 +309,12 @@ class Session:
     ) -> tuple[Callable[[], None], Fingerprint]:
         """Run the workload's repeats into ``repeats``; return the function that runs one more
         and the fingerprint the results belong to."""
-        server = self.server()
-        self._check_server(server, f"before workload {workload.name}")
         n = self.repeats_for(workload)
-
-        def one_repeat() -> None:
-            doing = f"during workload {workload.name} (repeat {len(repeats) + 1})"
-            if self._monitor is not None:
-                # Energy-counter reads bracket the run, so its windows' energy is exact at the edges.
-                self._monitor.mark()
-            try:
-                load = run_workload(
-                    server.base_url,
-                    workload,
-                    model=server.model,
-                    api_key_env=self.profile.server.api_key_env,
-                    admin_api_key_env=self.profile.server.admin_api_key_env,
-                    limits=ClientLimits(self.profile.gate.client_max_lag_p99_ms, self.profile.gate.client_max_cpu_share),
-                    on_progress=on_progress,
-                    repeat=len(repeats),
-                    keep_alive=self.profile.server.keep_alive,
-                )
-            except LoadError as e:
-                # Requests to a dead server fail as connection errors: say that the server died, and how.
-                self._check_server(server, f"{doing}: {e}")
-                raise
-            if self._monitor is not None:
-                self._monitor.mark()
-            self._check_server(server, f"{doing}: {_failed_summary(load)}")
-            metrics = compute_metrics(load, target_concurrency=min(workload.concurrency, workload.num_prompts))
-            repeats.append(self._with_telemetry(load, metrics))
-
+        one_repeat = self.repeat_fn(workload, repeats, on_progress)
         repeat_runner(one_repeat, n)
         if len(repeats) != n:
             raise PerfgateError(f"workload {workload.name}: {len(repeats)} of {n} repeats ran; the repeat runner must run each once")
-        return one_repeat, self._fingerprint(server, workload)
+        return one_repeat, self.fingerprint({**workload.spec(), **dataset_identity(workload)})
 
     def _run(
         self,
@@ -259,40 +325,17 @@ class Session:
     ) -> WorkloadResult:
         one_repeat, fingerprint = self._measure(workload, repeats, on_progress, repeat_runner)
         n = self.repeats_for(workload)
-        baseline = self.store.load(self.profile.name, workload.name, fingerprint)
-        note = ""
-        if baseline is None:
-            note = others_note(fingerprint, self.store.others(self.profile.name, workload.name, fingerprint))
-        gate = self.profile.gate
+        rules = self._rules[workload.name]
+        baseline, note = self.baseline_for(workload.name, fingerprint)
 
-        def verdict_now() -> WorkloadVerdict:
-            return judge(
-                workload.name,
-                self._rules[workload.name],
-                [r.flat_metrics() for r in repeats],
-                baseline.repeats if baseline else None,
-                alpha=gate.alpha,
-                require_baseline=gate.require_baseline and not self.options.update_baselines,
-                no_baseline_note=note,
-                inconclusive=gate.inconclusive,
-            )
+        def verdict_now() -> WorkloadVerdict[MetricVerdict]:
+            return self.judge(workload.name, rules, [r.flat_metrics() for r in repeats], baseline, note)
 
-        verdict = verdict_now()
-        if not self.options.update_baselines:
-            if gate.confirm_on_fail and verdict.failures and not verdict.inconclusive:
-                # A failure is confirmed on twice the evidence: the same number of repeats again,
-                # judged together with the first ones, before it is reported.
-                _call_n_times(one_repeat, n)
-                verdict = verdict_now()
-            # Past the limit but not yet distinguishable from noise: more repeats decide it.
-            max_repeats = max(self.profile.max_repeats_for(workload), n)
-            while verdict.inconclusive and len(repeats) < max_repeats:
-                one_repeat()
-                verdict = verdict_now()
+        verdict = self.decide(verdict_now, lambda: _call_n_times(one_repeat, 1), n, max(self.profile.max_repeats_for(workload), n))
         result = WorkloadResult(
             workload=workload.name,
             repeats=repeats,
-            invalid_reasons=self._invalid_reasons(workload, repeats),
+            invalid_reasons=self.invalid_reasons(workload, repeats),
             verdict=verdict,
             fingerprint=fingerprint,
             baseline_path=str(self.store.path_for(self.profile.name, workload.name, fingerprint)) if baseline else "",
@@ -300,39 +343,150 @@ class Session:
             previous_values=baseline.medians() if baseline else {},
         )
         if self.options.update_baselines:
-            self._record(workload, result)
-            if result.recorded:
-                # The accepted numbers are now the baseline: the tests pass against them, and the
-                # summary shows the previous baseline next to them (old -> new).
-                result.verdict = judge(
+            if not result.valid:
+                result.baseline_note = "not recorded: the run was invalid (" + "; ".join(result.invalid_reasons) + ")"
+                return result
+            try:
+                path = record_baseline(
+                    self.store,
+                    self.profile,
                     workload.name,
-                    self._rules[workload.name],
-                    result.repeat_metrics(),
-                    result.repeat_metrics(),
-                    alpha=gate.alpha,
+                    fingerprint,
+                    repeats,
+                    server_provenance=self.server().provenance(),
+                    rules=rules,
+                    reason=self.options.accept_regression,
                 )
+            except BaselineError as e:
+                result.baseline_note = f"not recorded: {e}"
+                raise
+            result.recorded, result.baseline_path = True, str(path)
+            result.baseline_note = "; ".join(["recorded", *self.store.take_notes()])
+            # The accepted numbers are now the baseline: the tests pass against them, and the
+            # summary shows the previous baseline next to them (old -> new).
+            result.verdict = judge(workload.name, rules, result.repeat_metrics(), result.repeat_metrics(), alpha=self.profile.gate.alpha)
         return result
 
+    def baseline_for(self, name: str, fingerprint: Fingerprint) -> tuple[Baseline | None, str]:
+        """The stored baseline of ``name`` for ``fingerprint``, or None and a note on the others that exist."""
+        baseline = self.store.load(self.profile.name, name, fingerprint)
+        if baseline is not None:
+            return baseline, ""
+        return None, others_note(fingerprint, self.store.others(self.profile.name, name, fingerprint))
+
+    def judge(
+        self, name: str, rules: Sequence[MetricRule], current: list[dict[str, float]], baseline: Baseline | None, note: str
+    ) -> WorkloadVerdict[MetricVerdict]:
+        """``current`` repeats against ``baseline`` under the profile's [gate] policy."""
+        gate = self.profile.gate
+        return judge(
+            name,
+            rules,
+            current,
+            baseline.repeats if baseline else None,
+            alpha=gate.alpha,
+            require_baseline=gate.require_baseline and not self.options.update_baselines,
+            no_baseline_note=note,
+            inconclusive=gate.inconclusive,
+        )
+
+    def decide(
+        self, verdict_now: Callable[[], WorkloadVerdict[MetricVerdict]], more: Callable[[], None], n: int, max_repeats: int
+    ) -> WorkloadVerdict[MetricVerdict]:
+        """The verdict after the [gate] policy's extra repeats (``more()`` runs one): a failure is
+        confirmed on twice the evidence with ``confirm_on_fail``, and a verdict past its limit but
+        not yet told from noise gets repeats up to ``max_repeats``. None when recording."""
+        verdict = verdict_now()
+        if self.options.update_baselines:
+            return verdict
+        gate = self.profile.gate
+        if gate.confirm_on_fail and verdict.failures and not verdict.inconclusive:
+            # The same number of repeats again, judged together with the first ones.
+            for _ in range(n):
+                more()
+            verdict = verdict_now()
+        done = n * (2 if gate.confirm_on_fail and verdict.failures else 1)
+        while verdict.inconclusive and done < max_repeats:
+            more()
+            done += 1
+            verdict = verdict_now()
+        return verdict
+
+    def repeat_fn(
+        self, workload: Workload, repeats: list[RepeatResult], on_progress: Callable[[Progress], None] | None
+    ) -> Callable[[], None]:
+        """A function that runs one more measured repeat of ``workload`` and appends it to ``repeats``
+        (the server is booted first if need be; a server that died raises ServerError)."""
+        server = self.server()
+        self._check_server(server, f"before workload {workload.name}")
+
+        def one_repeat() -> None:
+            doing = f"during workload {workload.name} (repeat {len(repeats) + 1})"
+            if self._monitor is not None:
+                # Energy-counter reads bracket the run, so its windows' energy is exact at the edges.
+                self._monitor.mark()
+            scraper = self._server_monitor
+            if scraper is not None:
+                scraper.scrape_now()
+            try:
+                load = run_workload(
+                    server.base_url,
+                    workload,
+                    model=server.model,
+                    api_key_env=self.profile.server.api_key_env,
+                    admin_api_key_env=self.profile.server.admin_api_key_env,
+                    limits=ClientLimits(self.profile.gate.client_max_lag_p99_ms, self.profile.gate.client_max_cpu_share),
+                    on_progress=_scraping_at_warmup_end(scraper, on_progress),
+                    repeat=len(repeats),
+                    keep_alive=self.profile.server.keep_alive,
+                )
+            except LoadError as e:
+                # Requests to a dead server fail as connection errors: say that the server died, and how.
+                self._check_server(server, f"{doing}: {e}")
+                raise
+            if self._monitor is not None:
+                self._monitor.mark()
+            self._check_server(server, f"{doing}: {_failed_summary(load)}")
+            metrics = compute_metrics(
+                load, target_concurrency=min(workload.concurrency, workload.num_prompts), slo=workload.slo
+            )
+            repeats.append(self._with_telemetry(load, metrics))
+
+        return one_repeat
+
     def _with_telemetry(self, load: LoadRun, metrics: ServingMetrics) -> RepeatResult:
-        """Line telemetry up with the steady window, or the whole measured phase when there is none."""
-        if self._monitor is None:
-            return RepeatResult(load, metrics, None, self.telemetry_note or "telemetry disabled")
+        """Line telemetry and the server's gauges up with the steady window, or the whole measured
+        phase when there is none; the server's counters cover the whole measured phase."""
         steady = metrics.steady
         t0, t1 = (steady.start_s, steady.end_s) if steady is not None else (load.start_s, load.end_s)
+        server, server_note = None, self.server_metrics_note
+        if self._server_monitor is not None:
+            self._server_monitor.scrape_now()
+            try:
+                server = self._server_monitor.summarize(load.start_s, load.end_s, t0, t1)
+            except TelemetryError as e:
+                server_note = str(e)
+        if self._monitor is None:
+            return RepeatResult(load, metrics, None, self.telemetry_note or "telemetry disabled",
+                                server=server, server_note=server_note)
         return RepeatResult(
             load,
             metrics,
             self._monitor.summarize(t0, t1),
             "steady window" if steady is not None else "whole measured phase",
             self._monitor.timeline(load.start_s, load.end_s),
+            server=server,
+            server_note=server_note,
         )
 
-    def _invalid_reasons(self, workload: Workload, repeats: list[RepeatResult]) -> list[str]:
+    def invalid_reasons(self, workload: Workload, repeats: list[RepeatResult], *, count_failures: bool = True) -> list[str]:
+        """Why these repeats of ``workload`` do not describe the server under this load alone;
+        ``count_failures`` = False leaves failed requests out (a sweep counts them beyond the SLO)."""
         reasons = []
         for i, r in enumerate(repeats, start=1):
             total = len(r.load.records)
             failed = r.metrics.failed
-            if total and failed / total > workload.max_error_rate:
+            if count_failures and total and failed / total > workload.max_error_rate:
                 kinds = ", ".join(f"{n} {k}" for k, n in sorted(r.metrics.errors.items()))
                 first = next(rec.error for rec in r.load.records if rec.error)
                 reasons.append(
@@ -342,7 +496,25 @@ class Session:
             client = r.load.client
             if not client.valid:
                 reasons.append(f"repeat {i}: the load client, not the server, set the pace ({client.reason}): {client.advice}")
+            gap = r.output_token_gap()
+            bound = self.profile.gate.server_max_disagreement
+            if gap is not None and abs(gap) > bound:
+                reasons.append(
+                    f"repeat {i}: the server's /metrics counted {gap:+.1%} output tokens against the client's "
+                    f"(more than [gate] server_max_disagreement {bound:.0%}): another load shared the server during "
+                    "the run, or the client or the server miscounts tokens; the numbers do not describe this workload alone"
+                )
+            values = r.flat_metrics()
+            # A NaN (e.g. a gauge the server reports as NaN) is not a measurement either.
+            missing = [m for m in self._gated_server_metrics
+                       if m in self._rule_names(workload) and not math.isfinite(values.get(m, math.nan))]
+            if missing:
+                why = r.server_note or "the server's /metrics does not report it"
+                reasons.append(f"repeat {i}: gated {', '.join(missing)} not measured ({why})")
         return reasons
+
+    def _rule_names(self, workload: Workload) -> set[str]:
+        return {rule.metric for rule in self._rules.get(workload.name, ())}
 
     def hardware(self) -> Hardware:
         """The hardware of this run: from telemetry, else what the server reports about itself
@@ -363,37 +535,34 @@ class Session:
             self._config = server_config(self.profile.server)
         return self._config
 
-    def _fingerprint(self, server: RunningServer, workload: Workload) -> Fingerprint:
-        spec = self.profile.server
+    def fingerprint(self, spec: Mapping[str, object]) -> Fingerprint:
+        """The fingerprint of what ``spec`` measures (a workload's or a sweep's) on this server and hardware."""
+        server = self.server()
         config = self.server_config()
         return fingerprint_for(
             # --perf-base-url attaches to a server started as the profile describes: same fingerprint.
             engine=config.engine,
-            model=spec.model_path or server.model,
+            model=self.profile.server.model_path or server.model,
             server_args=config.args,
             flag_aliases=config.flag_aliases,
-            workload=workload,
+            workload=spec,
             **asdict(self.hardware()),
         )
 
-    def _record(self, workload: Workload, result: WorkloadResult) -> None:
-        if not result.valid:
-            result.baseline_note = "not recorded: the run was invalid (" + "; ".join(result.invalid_reasons) + ")"
-            return
-        try:
-            path = record_baseline(
-                self.store,
-                self.profile,
-                workload.name,
-                result.fingerprint,
-                result.repeats,
-                server_provenance=self.server().provenance(),
-                rules=self._rules[workload.name],
-                reason=self.options.accept_regression,
-            )
-        except BaselineError as e:
-            result.baseline_note = f"not recorded: {e}"
-            raise
-        result.recorded = True
-        result.baseline_path = str(path)
-        result.baseline_note = "; ".join(["recorded", *self.store.take_notes()])
+    def save_baseline(
+        self, name: str, fingerprint: Fingerprint, repeats: list[dict[str, float]], rules: Sequence[MetricRule]
+    ) -> tuple[Path, str]:
+        """Store ``repeats`` (numbers that are not a workload's repeats: a sweep's capacity per
+        repeat) as the baseline of ``name``; returns its path and the store's note. BaselineError
+        when the store refuses (e.g. worse without --perf-accept-regression)."""
+        path = record_values(
+            self.store,
+            self.profile,
+            name,
+            fingerprint,
+            repeats,
+            server_provenance=self.server().provenance(),
+            rules=rules,
+            reason=self.options.accept_regression,
+        )
+        return path, "; ".join(["recorded", *self.store.take_notes()])

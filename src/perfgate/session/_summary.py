@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from perfgate.session._result import WorkloadResult
+from perfgate.session._result import SweepResult, WorkloadResult
 from perfgate.telemetry import GpuIdentity
 from perfgate.verdict import MetricRule
 
@@ -30,9 +30,12 @@ class RunSummary:
     """One gate run, as the terminal summary, the results JSON and the Markdown report see it.
 
     ``workloads``: every workload that ran, in order, one that stopped part-way included (its
-    ``error`` set); ``rules`` and ``error_rates`` (allowed failed-request share) per workload;
+    ``error`` set); ``sweeps``: every sweep whose capacity was judged (or that stopped);
+    ``rules`` per workload and sweep, ``error_rates`` (allowed failed-request share) per workload;
     ``power_source``: where GPU power came from ("" when it was not measured, and
-    ``telemetry_note`` says why); ``notes``: what the baseline store and the teardown reported.
+    ``telemetry_note`` says why); ``server_metrics_url``: where the server's own metrics were
+    read ("" when they were not, and ``server_metrics_note`` says why); ``notes``: what the
+    baseline store and the teardown reported.
     """
 
     profile_name: str
@@ -46,8 +49,11 @@ class RunSummary:
     error_rates: Mapping[str, float]
     store_notes: tuple[str, ...] = ()
     teardown_notes: tuple[str, ...] = ()
+    server_metrics_url: str = ""
+    server_metrics_note: str = ""
+    sweeps: tuple[SweepResult, ...] = ()
 
     @property
     def failures(self) -> dict[str, str]:
-        """workload -> why it stopped, for every workload that did not finish."""
-        return {w.workload: w.error for w in self.workloads if w.error}
+        """workload or sweep -> why it stopped, for every one that did not finish."""
+        return {w.workload: w.error for w in self.workloads if w.error} | {s.sweep: s.error for s in self.sweeps if s.error}

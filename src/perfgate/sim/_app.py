@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import time
+import zlib
 from typing import Any
 
 from aiohttp import web
@@ -117,7 +118,7 @@ async def server_info(request: web.Request) -> web.Response:
         "kv_cache_dtype": "auto",
         "moe_runner_backend": "flashinfer_cutlass",
         "attention_backend": "flashinfer",
-        "disable_radix_cache": True,
+        "disable_radix_cache": opts.disable_radix_cache,
         "disable_cuda_graph": False,
         "enable_metrics": True,
         "random_seed": opts.seed,
@@ -156,6 +157,7 @@ async def flush_cache(request: web.Request) -> web.Response:
     if not timeout_s >= 0:
         return _error_400("timeout must be a number >= 0", openai=False)
     if srv.engine.idle() or (timeout_s > 0 and await srv.wait_idle(timeout_s)):
+        srv.engine.flush_cache()
         return web.Response(text=(
             "Cache flushed.\nPlease check backend logs for more details. (When there are running or "
             "waiting requests, the operation will not be performed.)\n"
@@ -188,19 +190,25 @@ async def truth(request: web.Request) -> web.Response:
 
 
 # -- generation ----------------------------------------------------------------------
-def _token_ids(value: object, vocab: int, what: str) -> int:
+def _token_ids(value: object, vocab: int, what: str) -> list[int]:
     if not isinstance(value, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in value):
         raise _BadRequest(f"{what} must be a list of integer token ids")
     bad = next((t for t in value if not 0 <= t < vocab), None)
     if bad is not None:
         raise _BadRequest(f"Token id {bad} in {what} is out of range [0, {vocab}).")
-    return len(value)
+    return value
 
 
-def _words(text: object, what: str) -> int:
+def _word_id(word: str, vocab: int) -> int:
+    # A stable id per word, so equal text is an equal prefix to the cache.
+    return zlib.crc32(word.encode()) % vocab
+
+
+def _words(text: object, what: str, vocab: int) -> list[int]:
+    """A text prompt as token ids: one per whitespace-separated word."""
     if not isinstance(text, str):
         raise _BadRequest(f"{what} must be a string")
-    return len(text.split())
+    return [_word_id(w, vocab) for w in text.split()]
 
 
 def _bool_field(obj: dict[str, Any], key: str) -> bool:
@@ -212,7 +220,7 @@ def _bool_field(obj: dict[str, Any], key: str) -> bool:
     return value
 
 
-def _parse_generate(body: dict[str, Any], vocab: int) -> tuple[int, int, bool]:
+def _parse_generate(body: dict[str, Any], vocab: int) -> tuple[list[int], int, bool]:
     has_text = body.get("text") is not None
     has_ids = body.get("input_ids") is not None
     if has_text == has_ids:
@@ -225,7 +233,7 @@ def _parse_generate(body: dict[str, Any], vocab: int) -> tuple[int, int, bool]:
     else:
         if isinstance(body["text"], list):
             raise _BadRequest("perfgate.sim does not support batched text; send one request each.")
-        prompt = _words(body["text"], "text")
+        prompt = _words(body["text"], "text", vocab)
     params = body.get("sampling_params") or {}
     if not isinstance(params, dict):
         raise _BadRequest("sampling_params must be a JSON object")
@@ -234,16 +242,16 @@ def _parse_generate(body: dict[str, Any], vocab: int) -> tuple[int, int, bool]:
     return prompt, max_new or 128, _bool_field(body, "stream")
 
 
-def _parse_completion(body: dict[str, Any], vocab: int) -> tuple[int, int, bool]:
+def _parse_completion(body: dict[str, Any], vocab: int) -> tuple[list[int], int, bool]:
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (list, str)):
         prompt = prompt[0]
     if isinstance(prompt, str):
-        n_prompt = _words(prompt, "prompt")
+        ids = _words(prompt, "prompt", vocab)
     elif isinstance(prompt, list):
         if prompt and isinstance(prompt[0], (list, str)):
             raise _BadRequest("perfgate.sim does not support batched prompts; send one request each.")
-        n_prompt = _token_ids(prompt, vocab, "prompt")
+        ids = _token_ids(prompt, vocab, "prompt")
     else:
         raise _BadRequest("prompt must be a string or a list of token ids")
     if _int_field(body, "n", 1, 1) != 1:
@@ -251,14 +259,15 @@ def _parse_completion(body: dict[str, Any], vocab: int) -> tuple[int, int, bool]
     max_tokens = _int_field(body, "max_tokens", 16, 1)
     _int_field(body, "min_tokens", 0, 0)
     _bool_field(body, "ignore_eos")
-    return n_prompt, max_tokens or 16, _bool_field(body, "stream")
+    return ids, max_tokens or 16, _bool_field(body, "stream")
 
 
-def _parse_chat(body: dict[str, Any], vocab: int) -> tuple[int, int, bool]:
+def _parse_chat(body: dict[str, Any], vocab: int) -> tuple[list[int], int, bool]:
+    """Messages as token ids: the template's tokens, then per message its role's and the message's words."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise _BadRequest("messages must be a non-empty list")
-    words = CHAT_TOKENS_PER_PROMPT
+    ids = [_word_id(f"<|template-{i}|>", vocab) for i in range(CHAT_TOKENS_PER_PROMPT)]
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise _BadRequest(f"messages[{i}] must be an object with a role")
@@ -268,7 +277,8 @@ def _parse_chat(body: dict[str, Any], vocab: int) -> tuple[int, int, bool]:
             content = " ".join(str(p) for p in parts)
         if content is not None and not isinstance(content, str):
             raise _BadRequest(f"messages[{i}].content must be a string or a list of text parts")
-        words += CHAT_TOKENS_PER_MESSAGE + len((content or "").split())
+        ids += [_word_id(f"<|{message['role']}-{k}|>", vocab) for k in range(CHAT_TOKENS_PER_MESSAGE)]
+        ids += _words(content or "", "content", vocab)
     if _int_field(body, "n", 1, 1) != 1:
         raise _BadRequest("perfgate.sim supports n=1 only")
     max_tokens = _int_field(body, "max_completion_tokens", None, 1)
@@ -276,7 +286,7 @@ def _parse_chat(body: dict[str, Any], vocab: int) -> tuple[int, int, bool]:
         max_tokens = _int_field(body, "max_tokens", 128, 1)
     _int_field(body, "min_tokens", 0, 0)
     _bool_field(body, "ignore_eos")
-    return words, max_tokens or 128, _bool_field(body, "stream")
+    return ids, max_tokens or 128, _bool_field(body, "stream")
 
 
 def _usage_options(body: dict[str, Any]) -> tuple[bool, bool]:
@@ -305,13 +315,14 @@ async def _generation(request: web.Request, kind: type[Req]) -> web.StreamRespon
     try:
         body = await _read_json(request)
         parse = {GenerateReq: _parse_generate, CompletionReq: _parse_completion, ChatReq: _parse_chat}[kind]
-        prompt_tokens, out_len, stream = parse(body, opts.vocab_size)
+        prompt_ids, out_len, stream = parse(body, opts.vocab_size)
     except _BadRequest as err:
         if kind is GenerateReq:
             return _json({"error": str(err)}, status=400)
         return _error_400(str(err), openai=True)
     requested_model = body.get("model")
     model = requested_model if isinstance(requested_model, str) else opts.served_model_name
+    prompt_tokens = len(prompt_ids)
     req = kind(srv, seq, stream, prompt_tokens, out_len, model)
     req.arrival = arrival
     req.include_usage, req.continuous_usage = _usage_options(body)
@@ -329,7 +340,7 @@ async def _generation(request: web.Request, kind: type[Req]) -> web.StreamRespon
         return _error_400(str(err), openai=openai)
     req.transport = request.transport
     if not stream:
-        srv.submit(req, prompt_tokens)
+        srv.submit(req, prompt_ids)
         outcome = await req.done
         if outcome == "ok":
             return _json(req.body)
@@ -343,7 +354,7 @@ async def _generation(request: web.Request, kind: type[Req]) -> web.StreamRespon
     if req.transport is None or req.transport.is_closing():
         return resp
     # Tokens are written straight to the transport from here on.
-    srv.submit(req, prompt_tokens)
+    srv.submit(req, prompt_ids)
     outcome = await req.done
     if outcome in ("ok", "error"):
         await resp.write_eof()

@@ -14,6 +14,11 @@ and enough free KV-cache tokens: admission reserves prompt + output tokens in a 
 ``max_total_tokens`` (SGLang reserves an estimate and retracts on overflow; this model never
 retracts). The KV pool is what makes 1024 concurrent requests decode in waves of a few
 hundred, as on the scenario's 8x RTX PRO 6000 (mean TPOT ~200 ms at ~3,700 total tok/s).
+
+Prefix caching (SGLang's radix cache, on unless ``disable_radix_cache``): a request submitted
+with its token ids looks up its longest cached prefix when it is admitted; those tokens are
+neither prefilled nor reserved again (they live in the cache), except the last prompt token,
+which SGLang always computes. The prompt joins the cache when its prefill completes.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from array import array
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from perfgate.sim._radix import PrefixCache
 
 # Correlation time of the slow speed drift, in simulated (unscaled) seconds.
 DRIFT_TAU_S = 10.0
@@ -52,9 +59,11 @@ class SimConfig:
     time_scale: float = 1.0
     slowdown: float = 1.0
     zero_cost: bool = False
+    disable_radix_cache: bool = False
+    prefix_cache_tokens: int = 100_000
 
     def __post_init__(self) -> None:
-        positive_ints = ("max_running_requests", "chunked_prefill_size", "max_total_tokens")
+        positive_ints = ("max_running_requests", "chunked_prefill_size", "max_total_tokens", "prefix_cache_tokens")
         for name in positive_ints:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -104,7 +113,15 @@ class Engine:
         # Per request, compact: a server lives through millions of requests.
         self._input_len = array("q")
         self._output_len = array("q")
+        # Prompt tokens found in the prefix cache at admission (never prefilled, never reserved).
+        self._cached = array("q")
         self._alive = bytearray()
+        # Token ids of requests not yet prefilled, for the cache lookup and insert.
+        self._prompts: dict[int, Sequence[int]] = {}
+        self.cache = None if config.disable_radix_cache else PrefixCache(config.prefix_cache_tokens)
+        self.cached_tokens_total = 0
+        # The hit rate of the last prefill batch's new requests: SGLang's sglang:cache_hit_rate gauge.
+        self.last_cache_hit_rate = 0.0
         self._waiting: deque[int] = deque()
         # The request whose prefill is partially done, and how many of its tokens are.
         self._chunked: int = -1
@@ -119,15 +136,29 @@ class Engine:
         self.prefilled_tokens = 0
 
     # -- requests --------------------------------------------------------------------
-    def submit(self, input_len: int, output_len: int) -> int:
-        """Queue a request; raises ValueError if it can never run."""
+    def submit(self, input_len: int, output_len: int, prompt_ids: Sequence[int] | None = None) -> int:
+        """Queue a request; raises ValueError if it can never run. ``prompt_ids`` (``input_len`` of
+        them) let the prefix cache see the prompt; without them it neither hits nor fills."""
         self.check(input_len, output_len)
+        if prompt_ids is not None and len(prompt_ids) != input_len:
+            raise ValueError(f"{len(prompt_ids)} prompt ids for input_len {input_len}")
         rid = len(self._input_len)
         self._input_len.append(input_len)
         self._output_len.append(output_len)
+        self._cached.append(0)
         self._alive.append(1)
+        if prompt_ids is not None and self.cache is not None:
+            self._prompts[rid] = prompt_ids
         self._waiting.append(rid)
         return rid
+
+    def cached_tokens(self, rid: int) -> int:
+        """Prompt tokens of ``rid`` that came from the prefix cache (known once it is admitted)."""
+        return self._cached[rid]
+
+    def flush_cache(self) -> None:
+        if self.cache is not None:
+            self.cache.clear()
 
     def check(self, input_len: int, output_len: int) -> None:
         """Raise ValueError (a message for the client) if such a request can never run."""
@@ -156,10 +187,11 @@ class Engine:
             self._chunked_done = 0
             self._release(rid)
         # A waiting request holds nothing; it is skipped when it reaches the queue's head.
+        self._prompts.pop(rid, None)
 
     def _release(self, rid: int) -> None:
         self._admitted -= 1
-        self._kv_used -= self._input_len[rid] + self._output_len[rid]
+        self._kv_used -= self._input_len[rid] - self._cached[rid] + self._output_len[rid]
 
     # -- state -----------------------------------------------------------------------
     @property
@@ -201,9 +233,11 @@ class Engine:
         tokens = 0
         batch = 0
         completed: list[int] = []
+        input_len = self._input_len
+        cached = self._cached
         if self._chunked >= 0:
             rid = self._chunked
-            left = self._input_len[rid] - self._chunked_done
+            left = input_len[rid] - cached[rid] - self._chunked_done
             take = min(left, budget)
             tokens += take
             batch += 1
@@ -215,34 +249,48 @@ class Engine:
                 self._chunked_done += take
         waiting = self._waiting
         alive = self._alive
-        input_len = self._input_len
         output_len = self._output_len
+        prompts = self._prompts
+        cache = self.cache
+        new_input = new_hits = 0
         while tokens < budget and waiting and self._admitted < cfg.max_running_requests:
             rid = waiting[0]
             if not alive[rid]:
                 waiting.popleft()
                 continue
-            need = input_len[rid] + output_len[rid]
+            ids = prompts.get(rid)
+            # SGLang computes at least the last prompt token, whatever the cache holds.
+            hit = min(cache.match(ids), input_len[rid] - 1) if ids is not None and cache is not None else 0
+            need = input_len[rid] - hit + output_len[rid]
             if self._kv_used + need > cfg.max_total_tokens:
                 break
             waiting.popleft()
+            cached[rid] = hit
+            self.cached_tokens_total += hit
+            new_hits += hit
+            new_input += input_len[rid] - hit
             self._admitted += 1
             self._kv_used += need
             batch += 1
-            take = min(input_len[rid], budget - tokens)
+            take = min(input_len[rid] - hit, budget - tokens)
             tokens += take
-            if take == input_len[rid]:
+            if take == input_len[rid] - hit:
                 completed.append(rid)
             else:
                 self._chunked = rid
                 self._chunked_done = take
         if batch == 0:
             return None
+        if new_input + new_hits:
+            self.last_cache_hit_rate = new_hits / (new_input + new_hits)
         self.prefilled_tokens += tokens
         # The first output token comes out of the step that finishes the prefill.
         finished: list[int] = []
         decode_steps = self._decode_steps
         for rid in completed:
+            ids = prompts.pop(rid, None)
+            if ids is not None and cache is not None:
+                cache.insert(ids)
             remaining = output_len[rid] - 1
             if remaining == 0:
                 finished.append(rid)

@@ -57,6 +57,7 @@ class ServerMetrics:
         self.model_name = model_name
         self.prompt_tokens = {True: 0, False: 0}
         self.generation_tokens = {True: 0, False: 0}
+        self.cached_tokens = 0
         self.ttft = {True: Hist(TTFT_BUCKETS_S), False: Hist(TTFT_BUCKETS_S)}
         self.e2e = {True: Hist(E2E_BUCKETS_S), False: Hist(E2E_BUCKETS_S)}
         self.itl = Hist(ITL_BUCKETS_S)
@@ -89,6 +90,11 @@ class _Collector(Collector):
             for streaming, value in values.items():
                 c.add_metric([model, str(streaming).lower()], value)
             yield c
+        # SGLang counts cache hits by source; the simulator's cache is on the device.
+        c = CounterMetricFamily("sglang:cached_tokens", "Number of cached prompt tokens by source (device/host/storage).",
+                                labels=["model_name", "cache_source"])
+        c.add_metric([model, "device"], m.cached_tokens)
+        yield c
         for name, doc, hists in (
             ("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", m.ttft),
             ("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", m.e2e),

@@ -21,6 +21,9 @@ SLOWDOWN_ENV = "PERFGATE_SIM_SLOWDOWN"
 # The version the simulator reports as its own ("" = its real one): lets a test play two
 # software stacks (perfgate ab --candidate-python with a wrapper interpreter that sets it).
 VERSION_ENV = "PERFGATE_SIM_VERSION"
+# A regression injected without touching the command line (and so the baseline's fingerprint),
+# as an upgrade that broke the prefix cache would be.
+NO_CACHE_ENV = "PERFGATE_SIM_DISABLE_RADIX_CACHE"
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 # Passed by the launcher itself: a [server.sim] value would override them and the launcher would
@@ -64,6 +67,8 @@ class SimOptions:
     truncate_rate: float
     short_rate: float
     idle_gpus: int
+    disable_radix_cache: bool
+    prefix_cache_tokens: int
     slowdown: float
     version: str = ""
 
@@ -180,6 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--truncate-rate", type=fraction, default=0.0)
     p.add_argument("--short-rate", type=fraction, default=0.0)
     p.add_argument("--idle-gpus", type=_int_at_least(0), default=0)
+    flag("--disable-radix-cache", f"no prefix cache: every prompt token is prefilled (SGLang's flag; also {NO_CACHE_ENV}=1)")
+    p.add_argument("--prefix-cache-tokens", type=_int_at_least(1), default=defaults.prefix_cache_tokens,
+                   help="prefix-cache budget in tokens; least recently used prefixes are evicted beyond it")
     return p
 
 
@@ -198,6 +206,17 @@ def slowdown_from_env(environ: os._Environ[str] | dict[str, str]) -> float:
             f"such as 1.10 (steps 10% slower) or unset it."
         )
     return value
+
+
+def no_cache_from_env(environ: os._Environ[str] | dict[str, str]) -> bool:
+    """PERFGATE_SIM_DISABLE_RADIX_CACHE as a flag; ValueError with a clear message."""
+    raw = environ.get(NO_CACHE_ENV, "").strip()
+    if not raw:
+        return False
+    try:
+        return _parse_bool(raw)
+    except ValueError:
+        raise ValueError(f"{NO_CACHE_ENV}={raw!r} is not true or false: set it to 1 (no prefix cache) or unset it.") from None
 
 
 @dataclass(frozen=True)
@@ -256,8 +275,10 @@ def parse_options(argv: Sequence[str], environ: os._Environ[str] | dict[str, str
         parser.error(f"argument --{name.replace('_', '-')}: {problem}")
     try:
         slowdown = slowdown_from_env(environ)
+        no_cache = no_cache_from_env(environ)
     except ValueError as err:
         parser.exit(2, f"{parser.prog}: error: {err}\n")
     values = vars(ns)
+    values["disable_radix_cache"] = values["disable_radix_cache"] or no_cache
     values["served_model_name"] = values["served_model_name"] or values["model_path"]
     return SimOptions(slowdown=slowdown, version=environ.get(VERSION_ENV, "").strip(), **values)

@@ -37,6 +37,7 @@ FAIL_LINE = "Initialization failed. warmup error"
 # catches up on missed step time, back to back, up to this much; beyond it the time is lost
 # (counted in /sim/truth). 0.5 s lost ~8% TPOT under a load average of 8; 2 s lost none.
 MAX_LAG_S = 2.0
+GEN_THROUGHPUT_STEPS = 40
 # Chat prompts: words in the messages plus the chat template's tokens.
 CHAT_TOKENS_PER_MESSAGE = 4
 CHAT_TOKENS_PER_PROMPT = 3
@@ -89,7 +90,7 @@ class Req:
     __slots__ = (
         "srv", "rid", "seq", "eid", "stream", "prompt_tokens", "out_len", "model", "arrival",
         "first_t", "last_t", "n", "sent", "fault", "fault_at", "short", "transport",
-        "chunked", "done", "body", "created", "include_usage", "continuous_usage", "_mid",
+        "chunked", "done", "body", "created", "include_usage", "continuous_usage", "_mid", "cached", "_tail",
     )
 
     def __init__(self, srv: SimServer, seq: int, stream: bool, prompt_tokens: int, out_len: int,
@@ -119,6 +120,9 @@ class Req:
         # stream_options.continuous_usage_stats: cumulative usage on every content chunk (SGLang, vLLM).
         self.continuous_usage = False
         self._mid = b""
+        # Prompt tokens served from the prefix cache, known once the prefill is done.
+        self.cached = 0
+        self._tail = b""
 
     # -- called by the engine task once per token -----------------------------------
     def on_token(self, now: float) -> None:
@@ -127,6 +131,8 @@ class Req:
         srv = self.srv
         if n == 1:
             self.first_t = now
+            self.cached = srv.engine.cached_tokens(self.eid)
+            self._tail = b',"cached_tokens":%d}}\n\n' % self.cached
             srv.metrics.ttft[self.stream].observe(now - self.arrival)
         else:
             srv.metrics.itl.observe(now - self.last_t)
@@ -196,7 +202,7 @@ class GenerateReq(Req):
         tapes = self.srv.tapes
         return b"".join((
             b'data: {"text":"', tapes.text[: _WORD_LEN * n], b'","output_ids":[',
-            tapes.ids[: tapes.id_offsets[n]], self._mid, b"%d" % n, b',"cached_tokens":0}}\n\n',
+            tapes.ids[: tapes.id_offsets[n]], self._mid, b"%d" % n, self._tail,
         ))
 
     def meta_info(self, now: float) -> dict[str, object]:
@@ -208,7 +214,7 @@ class GenerateReq(Req):
             "num_retractions": 0,
             "reasoning_tokens": 0,
             "completion_tokens": self.n,
-            "cached_tokens": 0,
+            "cached_tokens": self.cached,
             "e2e_latency": self.e2e_s(now),
         }
 
@@ -248,6 +254,10 @@ class CompletionReq(Req):
         return {"prompt_tokens": self.prompt_tokens, "total_tokens": self.prompt_tokens + self.n,
                 "completion_tokens": self.n, "reasoning_tokens": 0}
 
+    def full_usage(self) -> dict[str, object]:
+        """The usage of a final chunk or response, with the prompt's cached tokens."""
+        return dict(self.usage(), prompt_tokens_details={"cached_tokens": self.cached}, completion_tokens_details=None)
+
     def _finish_type(self) -> str:
         return "stop" if self.short else "length"
 
@@ -264,12 +274,12 @@ class CompletionReq(Req):
         out = b"data: " + jbytes(last) + b"\n\n"
         if self.include_usage:
             usage = {"id": self.rid, "object": "text_completion", "created": self.created,
-                     "model": self.model, "choices": [], "usage": self.usage()}
+                     "model": self.model, "choices": [], "usage": self.full_usage()}
             out += b"data: " + jbytes(usage) + b"\n\n"
         return out
 
     def response(self, now: float) -> object:
-        usage = dict(self.usage(), prompt_tokens_details=None, completion_tokens_details=None)
+        usage = self.full_usage()
         return {
             "id": self.rid, "object": "text_completion", "created": self.created, "model": self.model,
             "choices": [{"index": 0, "text": self.text(), "logprobs": None,
@@ -311,14 +321,14 @@ class ChatReq(CompletionReq):
         }
         out += b"data: " + jbytes(finish) + b"\n\n"
         if self.include_usage:
-            usage = dict(self.usage(), prompt_tokens_details=None, completion_tokens_details=None)
+            usage = self.full_usage()
             chunk = {"id": self.rid, "object": "chat.completion.chunk", "created": self.created,
                      "model": self.model, "choices": [], "usage": usage}
             out += b"data: " + jbytes(chunk) + b"\n\n"
         return out
 
     def response(self, now: float) -> object:
-        usage = dict(self.usage(), prompt_tokens_details=None, completion_tokens_details=None)
+        usage = self.full_usage()
         return {
             "id": self.rid, "object": "chat.completion", "created": self.created, "model": self.model,
             "choices": [{"index": 0,
@@ -422,7 +432,8 @@ class SimServer:
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
-        self._gen_window: deque[tuple[float, int]] = deque()
+        # SGLang logs its generation throughput every 40 decode steps (--decode-log-interval).
+        self._gen_window: deque[tuple[float, int]] = deque(maxlen=GEN_THROUGHPUT_STEPS + 1)
         self._tasks: list[asyncio.Task[None]] = []
         self.steps = 0
         self.lost_s = 0.0
@@ -502,12 +513,10 @@ class SimServer:
                 if req is not None:
                     req.on_token(now)
             window.append((now, engine.generated_tokens))
-            while window and window[0][0] < now - 5.0:
-                window.popleft()
 
-    def submit(self, req: Req, input_len: int) -> None:
+    def submit(self, req: Req, prompt_ids: list[int]) -> None:
         """Queue ``req`` in the engine (ValueError if it can never run)."""
-        req.eid = self.engine.submit(input_len, req.out_len)
+        req.eid = self.engine.submit(len(prompt_ids), req.out_len, prompt_ids)
         req.prepare()
         self.reqs[req.eid] = req
         self._idle.clear()
@@ -520,6 +529,7 @@ class SimServer:
         self.reqs.pop(req.eid, None)
         m = self.metrics
         m.prompt_tokens[req.stream] += req.prompt_tokens
+        m.cached_tokens += req.cached
         m.generation_tokens[req.stream] += req.n
         if outcome == "ok":
             m.e2e[req.stream].observe(now - req.arrival)
@@ -557,7 +567,7 @@ class SimServer:
             "sglang:num_queue_reqs": engine.num_waiting,
             "sglang:gen_throughput": throughput,
             "sglang:token_usage": engine.kv_used_tokens / self.config.max_total_tokens,
-            "sglang:cache_hit_rate": 0.0,
+            "sglang:cache_hit_rate": engine.last_cache_hit_rate,
         }
 
     async def wait_idle(self, timeout_s: float) -> bool:

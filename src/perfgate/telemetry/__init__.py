@@ -1,9 +1,11 @@
-"""GPU telemetry: per-GPU power, energy and activity over any window of a run.
+"""Telemetry: per-GPU power, energy and activity, and the server's own metrics, over any window of a run.
 
 ``open_monitor(spec, gpus=..., base_url=...)`` returns a :class:`Monitor` (NVML or dcgm-exporter
 source) or :class:`NotMeasured` with the reason. Start it, run the load, then summarise any
 ``[start_s, end_s]`` (``time.monotonic()`` seconds) with :meth:`Monitor.summarize`, or use
-Zeus-style named windows (``begin_window`` / ``end_window``).
+Zeus-style named windows (``begin_window`` / ``end_window``). ``open_server_monitor(base_url,
+path)`` scrapes the server's Prometheus metrics (SGLang, vLLM) the same way; its
+:meth:`ServerMonitor.summarize` gives a :class:`ServerWindow`.
 """
 
 from perfgate.gpu import NvmlUnavailable
@@ -19,6 +21,14 @@ from perfgate.telemetry._model import (
 )
 from perfgate.telemetry._monitor import Monitor, open_monitor
 from perfgate.telemetry._nvml import NvmlSource
+from perfgate.telemetry._server import (
+    SERVER_METRICS,
+    ServerMonitor,
+    ServerReading,
+    ServerWindow,
+    open_server_monitor,
+    parse_server_metrics,
+)
 
 __all__ = [
     "DcgmReading",
@@ -31,8 +41,14 @@ __all__ = [
     "NotMeasured",
     "NvmlSource",
     "NvmlUnavailable",
+    "SERVER_METRICS",
+    "ServerMonitor",
+    "ServerReading",
+    "ServerWindow",
     "TELEMETRY_METRICS",
     "TelemetryWindow",
     "open_monitor",
+    "open_server_monitor",
     "parse_dcgm_text",
+    "parse_server_metrics",
 ]

@@ -17,7 +17,7 @@ from perfgate.verdict._judge import (
     fmt_value,
     judge,
 )
-from perfgate.verdict._names import KNOWN_METRICS, check_metric_name
+from perfgate.verdict._names import CAPACITY, KNOWN_METRICS, check_metric_name
 from perfgate.verdict._paired import (
     PairedMetricVerdict,
     binomial_half_cdf,
@@ -26,10 +26,12 @@ from perfgate.verdict._paired import (
     sign_test_min_rounds,
     sign_test_p,
 )
-from perfgate.verdict._rules import MetricRule, rules_for
+from perfgate.verdict._rules import DEFAULT_CAPACITY_TOLERANCE, MetricRule, capacity_rule, rules_for
 from perfgate.verdict._mannwhitney import mann_whitney_less, min_p_value
 
 __all__ = [
+    "CAPACITY",
+    "DEFAULT_CAPACITY_TOLERANCE",
     "KNOWN_METRICS",
     "RECORD_HINT",
     "Direction",
@@ -40,6 +42,7 @@ __all__ = [
     "Status",
     "WorkloadVerdict",
     "binomial_half_cdf",
+    "capacity_rule",
     "check_metric_name",
     "direction_of",
     "fmt_value",

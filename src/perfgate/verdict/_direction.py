@@ -24,6 +24,16 @@ _EXACT: dict[str, Direction] = {
     "gpu_imbalance": "lower",
     # Energy for the same fixed workload: less is better.
     "energy_j": "lower",
+    # Requests per second that met every SLO target (bench_serving's request goodput).
+    "goodput": "higher",
+    # The highest load of a sweep that meets the SLO.
+    "capacity": "higher",
+    # The server's own metrics: a cache that stops hitting, fewer requests admitted at the same
+    # load (as "concurrency"), more waiting, a fuller KV pool at the same load (less headroom).
+    "server_cache_hit_rate": "higher",
+    "server_running_reqs_mean": "higher",
+    "server_queue_reqs_mean": "lower",
+    "server_token_usage_mean": "lower",
 }
 
 # Checked in order: "_per_j" must win over "_j", "_per_s" over "_s".
@@ -40,6 +50,7 @@ _SUFFIXES: tuple[tuple[str, Direction], ...] = (
 
 _UNITS: tuple[tuple[str, str], ...] = (
     ("request_throughput", "req/s"),
+    ("goodput", "req/s"),
     ("_throughput", "tok/s"),
     ("tokens_per_s", "tok/s"),
     ("tokens_per_j", "tok/J"),

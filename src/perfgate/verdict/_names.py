@@ -9,10 +9,13 @@ from __future__ import annotations
 import difflib
 
 from perfgate.metrics import METRIC_NAMES
-from perfgate.telemetry import TELEMETRY_METRICS
+from perfgate.telemetry import SERVER_METRICS, TELEMETRY_METRICS
 from perfgate.verdict._direction import direction_of
 
-KNOWN_METRICS = METRIC_NAMES | TELEMETRY_METRICS
+CAPACITY = "capacity"
+"""A sweep's gated number: the highest load within the SLO (see perfgate.session's sweeps)."""
+
+KNOWN_METRICS = METRIC_NAMES | TELEMETRY_METRICS | SERVER_METRICS | {CAPACITY}
 
 
 def check_metric_name(metric: str) -> None:

@@ -1,0 +1,135 @@
+"""A capacity sweep: run a workload at each of its loads, find the highest load within the SLO, judge it.
+
+Every load of the profile is an ordinary point workload (run and gated like any other, with its
+own baseline, so the curve is gated point by point); the capacity adds one number per repeat
+index: in repeat i, the highest load such that it and every lower load met the SLO in their
+repeat i. Those numbers are judged against the capacity's own baseline with the same noise test
+as any metric. ``capacity_bisect_steps`` runs loads between the last load within the SLO and the
+first beyond it (decided on medians over repeats), halving the gap each time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from perfgate.errors import PerfgateError
+from perfgate.load import Progress, dataset_identity
+from perfgate.metrics import bisect_between, capacity, within_slo
+from perfgate.profile import Slo, Sweep, Workload
+from perfgate.session._result import RepeatResult, SweepPoint, SweepResult
+from perfgate.verdict import MetricRule, MetricVerdict, WorkloadVerdict, judge
+
+if TYPE_CHECKING:
+    from perfgate.session._session import Session
+
+ProgressFn = Callable[[Progress], None] | None
+
+
+def _meets(values: Mapping[str, float], slo: Slo, workload: Workload) -> bool:
+    """Whether a run (or a point's medians) met the SLO; more failed requests than the workload
+    allows is beyond it, and so is a run in which no latency was measured at all."""
+    failed, completed = values.get("failed", 0.0), values.get("completed", 0.0)
+    if failed and failed / (failed + completed) > workload.max_error_rate:
+        return False
+    return bool(within_slo(values, slo, workload.capacity_percentile))
+
+
+class SweepRun:
+    """One sweep inside a session."""
+
+    def __init__(self, session: Session, sweep: Sweep, rule: MetricRule, on_progress: ProgressFn) -> None:
+        self.s = session
+        self.sweep = sweep
+        self.rule = rule
+        self.on_progress = on_progress
+        self.n = session.repeats_for(sweep.base)
+        self._bisected: list[str] = []
+        assert sweep.base.slo is not None, "the profile loader refuses a sweep without an SLO"
+        self.slo: Slo = sweep.base.slo
+        self.result = SweepResult(sweep.name, sweep.axis, sweep.base.capacity_percentile, self.slo.targets(), points=[])
+
+    def run(self) -> SweepResult:
+        s, sweep, result = self.s, self.sweep, self.result
+        for name, load in zip(sweep.points, sweep.loads, strict=True):
+            point = s.run(s.profile.workload(name), on_progress=self.on_progress)
+            result.points.append(SweepPoint(load, name, False, list(point.repeats), dict(point.previous_values)))
+        self._bisect()
+        self._update()
+        fingerprint = s.fingerprint({**sweep.spec(), **dataset_identity(sweep.base)})
+        baseline, note = s.baseline_for(sweep.name, fingerprint)
+        result.fingerprint, result.baseline_note = fingerprint, note
+        if baseline is not None:
+            result.baseline_path = str(s.store.path_for(s.profile.name, sweep.name, fingerprint))
+            result.previous_values = baseline.medians()
+
+        def verdict_now() -> WorkloadVerdict[MetricVerdict]:
+            return s.judge(sweep.name, [self.rule], result.capacity_repeats(), baseline, note)
+
+        max_repeats = s.profile.max_repeats_for(sweep.base)
+        result.verdict = s.decide(verdict_now, self._one_more, len(result.capacities), max(max_repeats, self.n))
+        if s.options.update_baselines:
+            self._record()
+        return result
+
+    def _run_point(self, load: float, count: int) -> SweepPoint:
+        workload = self.sweep.point(load)
+        repeats: list[RepeatResult] = []
+        one = self.s.repeat_fn(workload, repeats, self.on_progress)
+        for _ in range(count):
+            one()
+        return SweepPoint(load, workload.name, True, repeats)
+
+    def _bisect(self) -> None:
+        points = self.result.points
+        for _ in range(self.sweep.base.capacity_bisect_steps):
+            # Steered by the medians over each point's repeats.
+            within = [_meets(p.medians(), self.slo, self.sweep.base) for p in points]
+            first_out = next((j for j, ok in enumerate(within) if not ok), None)
+            if not first_out:  # every load is within the SLO (None), or not even the first one (0)
+                return
+            mid = bisect_between(points[first_out - 1].load, points[first_out].load, self.sweep.axis == "concurrency")
+            if mid is None:
+                return
+            points.insert(first_out, self._run_point(mid, self.n))
+            self._bisected.append(f"bisected: ran {self.sweep.axis} {mid:g} between {points[first_out - 1].load:g} "
+                                     f"and {points[first_out + 1].load:g}")
+
+    def _update(self) -> None:
+        """Recompute ``within`` and the capacities from every point's repeats."""
+        result, sweep = self.result, self.sweep
+        k = min(len(p.repeats) for p in result.points)
+        loads = [p.load for p in result.points]
+        result.within = [[_meets(p.repeats[i].flat_metrics(), self.slo, sweep.base) for p in result.points]
+                         for i in range(k)]
+        result.capacities = [capacity(loads, row) for row in result.within]
+        result.invalid_reasons = [
+            f"{p.workload}: {reason}"
+            for p in result.points
+            for reason in self.s.invalid_reasons(sweep.point(p.load), p.repeats, count_failures=False)
+        ]
+        notes = list(self._bisected)
+        if result.capacities and all(c == loads[-1] for c in result.capacities):
+            notes.append(f"every load met the SLO: the capacity is at least {loads[-1]:g}; add higher loads to find it")
+        elif result.capacities and all(c == 0 for c in result.capacities):
+            notes.append(f"no load met the SLO: the capacity is below {loads[0]:g}; add lower loads to find it")
+        result.notes = notes
+
+    def _one_more(self) -> None:
+        """One more repeat of every load, for the capacity's noise test."""
+        for p in self.result.points:
+            self.s.repeat_fn(self.sweep.point(p.load), p.repeats, self.on_progress)()
+        self._update()
+
+    def _record(self) -> None:
+        result = self.result
+        if not result.valid:
+            result.baseline_note = "not recorded: " + "; ".join(result.invalid_reasons)
+            return
+        assert result.fingerprint is not None
+        path, result.baseline_note = self.s.save_baseline(
+            self.sweep.name, result.fingerprint, result.capacity_repeats(), [self.rule]
+        )
+        result.recorded, result.baseline_path = True, str(path)
+        result.verdict = judge(self.sweep.name, [self.rule], result.capacity_repeats(), result.capacity_repeats(),
+                               alpha=self.s.profile.gate.alpha)

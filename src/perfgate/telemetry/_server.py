@@ -1,0 +1,336 @@
+"""The server's own Prometheus metrics (SGLang's ``sglang:*``, vLLM's ``vllm:*``), read in windows.
+
+It lives in telemetry, beside the GPU sources, because it is the same kind of thing: a source
+outside the load client, sampled on a thread while the load runs and summarised over windows
+the session picks afterwards. It knows nothing of the client; the session compares the two.
+
+Counters (tokens prompted, generated and served from the prefix cache) are differenced
+between the scrapes that bracket the measured phase; the session scrapes at its edges
+(:meth:`ServerMonitor.scrape_now`), so the difference holds exactly the measured requests
+(SGLang counts a request's tokens when it finishes). Gauges (requests running and queued, KV
+use, SGLang's own generation throughput) are averaged over the samples inside a window.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from perfgate.errors import TelemetryError
+
+SERVER_METRICS = frozenset(
+    {
+        "server_cache_hit_rate",
+        "server_gen_throughput",
+        "server_reported_gen_throughput",
+        "server_running_reqs_mean",
+        "server_queue_reqs_mean",
+        "server_token_usage_mean",
+    }
+)
+"""Every gateable name :meth:`ServerWindow.metrics` can produce."""
+
+# Sample name -> (our quantity, how series combine). Counters always add up; for gauges, series
+# that differ only in a replica label (the same numbers reported by several ranks) count once,
+# and the rest (data-parallel ranks, engines, priorities) add up ("sum") or average ("mean").
+_COUNTERS: Mapping[str, str] = {
+    "sglang:prompt_tokens_total": "prompt_tokens",
+    "sglang:generation_tokens_total": "generation_tokens",
+    "sglang:cached_tokens_total": "cached_tokens",
+    "vllm:prompt_tokens_total": "prompt_tokens",
+    "vllm:generation_tokens_total": "generation_tokens",
+    "vllm:prefix_cache_hits_total": "cached_tokens",
+    "vllm:prefix_cache_queries_total": "cache_queries",
+}
+_GAUGES: Mapping[str, tuple[str, str]] = {
+    "sglang:num_running_reqs": ("running", "sum"),
+    "sglang:num_queue_reqs": ("queued", "sum"),
+    "sglang:token_usage": ("token_usage", "mean"),
+    "sglang:gen_throughput": ("gen_throughput", "sum"),
+    "sglang:cache_hit_rate": ("cache_hit_rate", "mean"),
+    "vllm:num_requests_running": ("running", "sum"),
+    "vllm:num_requests_waiting": ("queued", "sum"),
+    "vllm:kv_cache_usage_perc": ("token_usage", "mean"),
+    "vllm:gpu_cache_usage_perc": ("token_usage", "mean"),
+    "vllm:avg_generation_throughput_toks_per_s": ("gen_throughput", "sum"),
+}
+_REPLICA_LABELS = frozenset({"tp_rank", "pp_rank", "moe_ep_rank", "attn_tp_rank", "attn_cp_rank"})
+_GAUGE_METRICS = {
+    "running": "server_running_reqs_mean",
+    "queued": "server_queue_reqs_mean",
+    "token_usage": "server_token_usage_mean",
+    "gen_throughput": "server_reported_gen_throughput",
+}
+
+
+@dataclass(frozen=True)
+class ServerReading:
+    """One scrape: the engine whose names it carried ("sglang", "vllm" or "" for neither), counters
+    and gauges by quantity, and the counter families the server declared (present, maybe empty)."""
+
+    engine: str
+    counters: Mapping[str, float]
+    gauges: Mapping[str, float]
+    declared: frozenset[str] = frozenset()
+
+
+_NAMES = frozenset({*_COUNTERS, *(n.removesuffix("_total") for n in _COUNTERS), *_GAUGES})
+
+
+def _relevant(text: str) -> str:
+    """The lines of ``text`` about the metrics perfgate reads (SGLang serves ~750 lines; parsing
+    them all would cost the client ~20 ms of CPU per scrape), plus one line telling the engine."""
+    keep = []
+    engine_line = ""
+    for line in text.splitlines():
+        if line.startswith("# "):
+            parts = line.split(" ", 3)
+            name = parts[2] if len(parts) > 2 else ""
+        else:
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in _NAMES:
+            keep.append(line)
+        elif not engine_line and name.startswith(("sglang:", "vllm:")) and line.startswith("# TYPE "):
+            engine_line = line
+    return "\n".join([engine_line, *keep]) + "\n"
+
+
+def parse_server_metrics(text: str) -> ServerReading:
+    """Parse a server's Prometheus text; ValueError for text the Prometheus parser rejects."""
+    text = _relevant(text)
+    counters: dict[str, float] = {}
+    gauge_series: dict[str, dict[frozenset[tuple[str, str]], float]] = {}
+    declared: set[str] = set()
+    engines: set[str] = set()
+    for family in text_string_to_metric_families(text):
+        prefix = family.name.split(":", 1)[0]
+        if prefix in ("sglang", "vllm"):
+            engines.add(prefix)
+        if family.type == "counter" and family.name + "_total" in _COUNTERS:
+            declared.add(_COUNTERS[family.name + "_total"])
+        for s in family.samples:
+            if not math.isfinite(s.value):
+                # NaN or inf (SGLang's cache_hit_rate before any request, a broken exporter): no reading.
+                continue
+            if s.name in _COUNTERS:
+                counters[_COUNTERS[s.name]] = counters.get(_COUNTERS[s.name], 0.0) + s.value
+            elif s.name in _GAUGES:
+                what = _GAUGES[s.name][0]
+                key = frozenset((k, v) for k, v in s.labels.items() if k not in _REPLICA_LABELS)
+                series = gauge_series.setdefault(what, {})
+                series[key] = max(series.get(key, s.value), s.value)
+    gauges = {}
+    for what, series in gauge_series.items():
+        how = next(h for name, (w, h) in _GAUGES.items() if w == what)
+        values = list(series.values())
+        gauges[what] = sum(values) if how == "sum" else sum(values) / len(values)
+    engine = "sglang" if "sglang" in engines else "vllm" if "vllm" in engines else ""
+    return ServerReading(engine, counters, gauges, frozenset(declared | set(counters)))
+
+
+class _Sample:
+    """One scrape: its text, parsed on first use (after the run, off the client's clock)."""
+
+    __slots__ = ("sent_s", "received_s", "text", "_reading")
+
+    def __init__(self, sent_s: float, received_s: float, text: str) -> None:
+        self.sent_s = sent_s
+        self.received_s = received_s
+        self.text = text
+        self._reading: ServerReading | None = None
+
+    @property
+    def reading(self) -> ServerReading:
+        if self._reading is None:
+            self._reading = parse_server_metrics(self.text)
+        return self._reading
+
+
+@dataclass(frozen=True)
+class ServerWindow:
+    """The server's own view of one measured run.
+
+    ``counter_*_s``: the scrapes whose counters were differenced (they bracket the measured
+    phase); ``gauge_*_s``: the window whose ``gauge_samples`` were averaged (the steady window,
+    as for GPU power). Token fields are counter differences (None where the server exports no
+    such counter); ``cache_hit_source`` says how ``server_cache_hit_rate`` was computed.
+    """
+
+    engine: str
+    counter_start_s: float
+    counter_end_s: float
+    gauge_start_s: float
+    gauge_end_s: float
+    gauge_samples: int
+    prompt_tokens: float | None
+    generation_tokens: float | None
+    cached_tokens: float | None
+    cache_hit_source: str
+    values: Mapping[str, float] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def metrics(self) -> dict[str, float]:
+        """Flat values for the verdict (names in SERVER_METRICS); absent where not measured."""
+        return dict(self.values)
+
+
+class ServerMonitor:
+    """Scrapes ``url`` (the server's /metrics) every ``interval_s`` on a thread, keeping every reading.
+
+    Open with :func:`open_server_monitor`, which scrapes once and fails with the reason when the
+    URL does not serve SGLang's or vLLM's metrics.
+    """
+
+    def __init__(self, url: str, *, interval_s: float = 0.5, timeout_s: float = 5.0,
+                 clock: Callable[[], float] = time.monotonic, transport: httpx.BaseTransport | None = None) -> None:
+        self.url = url
+        self._interval_s = interval_s
+        self._clock = clock
+        self._client = httpx.Client(timeout=timeout_s, transport=transport)
+        self._http_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._samples: list[_Sample] = []
+        self._failures: list[tuple[float, str]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _get(self) -> str:
+        with self._http_lock:
+            response = self._client.get(self.url)
+        response.raise_for_status()
+        return response.text
+
+    def scrape_now(self) -> None:
+        """Scrape once now (the session calls this at the edges of each measured phase); the text
+        is kept and parsed when a window is summarised."""
+        sent = self._clock()
+        try:
+            text = self._get()
+        except httpx.HTTPError as err:
+            with self._lock:
+                self._failures.append((sent, f"GET {self.url} failed: {type(err).__name__}: {err}"))
+            return
+        with self._lock:
+            self._samples.append(_Sample(sent, self._clock(), text))
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="perfgate-server-metrics", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            self.scrape_now()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._client.close()
+
+    def summarize(self, run_start_s: float, run_end_s: float, gauge_start_s: float, gauge_end_s: float) -> ServerWindow:
+        """The measured run ``[run_start_s, run_end_s]``: counters between the last scrape that
+        finished before it and the first that began after it, gauges over ``[gauge_start_s,
+        gauge_end_s]``. TelemetryError when no scrape brackets the run."""
+        with self._lock:
+            samples = list(self._samples)
+        samples = [s for s in samples if self._parses(s)]
+        with self._lock:
+            failures = [m for t, m in self._failures if run_start_s <= t <= run_end_s]
+        before = [s for s in samples if s.received_s <= run_start_s]
+        after = [s for s in samples if s.sent_s >= run_end_s]
+        if not before or not after:
+            raise TelemetryError(f"server metrics at {self.url}: no scrape {'before' if not before else 'after'} the measured run"
+                                 + (f" ({failures[-1]})" if failures else ""))
+        a, b = before[-1].reading, after[0].reading
+        inside = [s.reading for s in samples if gauge_start_s <= s.sent_s <= gauge_end_s]
+        notes = list(dict.fromkeys(failures))
+        values: dict[str, float] = {}
+        # A counter absent from a scrape has counted nothing yet (a new series starts at 0).
+        keys = set(b.counters) | (a.declared & b.declared)
+        delta = {k: b.counters.get(k, 0.0) - a.counters.get(k, 0.0) for k in keys}
+        if b.engine == "sglang" and "prompt_tokens" in delta:
+            # SGLang (0.5.x, multiprocess metrics) creates sglang:cached_tokens_total at its first hit.
+            delta.setdefault("cached_tokens", 0.0)
+        resets = sorted(k for k, v in delta.items() if v < 0)
+        if resets:
+            notes.append(f"server counters went backwards ({', '.join(resets)}): the server restarted or reset them; not used")
+            for k in resets:
+                del delta[k]
+        if "generation_tokens" in delta and run_end_s > run_start_s:
+            values["server_gen_throughput"] = delta["generation_tokens"] / (run_end_s - run_start_s)
+        source = self._cache_hit_rate(delta, inside, values)
+        for what, name in _GAUGE_METRICS.items():
+            got = [r.gauges[what] for r in inside if what in r.gauges]
+            if got:
+                values[name] = sum(got) / len(got)
+        if not inside:
+            notes.append(f"no scrape of {self.url} fell inside the {gauge_end_s - gauge_start_s:.1f} s window: "
+                         "gauges (requests running and queued, KV use) not measured; lower [telemetry] server_metrics_interval_s")
+        return ServerWindow(
+            engine=b.engine,
+            counter_start_s=before[-1].received_s,
+            counter_end_s=after[0].sent_s,
+            gauge_start_s=gauge_start_s,
+            gauge_end_s=gauge_end_s,
+            gauge_samples=len(inside),
+            prompt_tokens=delta.get("prompt_tokens"),
+            generation_tokens=delta.get("generation_tokens"),
+            cached_tokens=delta.get("cached_tokens"),
+            cache_hit_source=source,
+            values=values,
+            notes=tuple(notes),
+        )
+
+    def _parses(self, sample: _Sample) -> bool:
+        try:
+            sample.reading
+        except ValueError as err:
+            with self._lock:
+                self._failures.append((sample.sent_s, f"{self.url} answered text that is not Prometheus text: {err}"))
+            return False
+        return True
+
+    @staticmethod
+    def _cache_hit_rate(delta: Mapping[str, float], inside: Iterable[ServerReading], values: dict[str, float]) -> str:
+        """Put ``server_cache_hit_rate`` in ``values`` from the best source; return which one it was."""
+        cached = delta.get("cached_tokens")
+        queried = delta.get("cache_queries", delta.get("prompt_tokens"))
+        if cached is not None and queried:
+            values["server_cache_hit_rate"] = cached / queried
+            what = "prefix_cache_hits / prefix_cache_queries" if "cache_queries" in delta else "cached_tokens / prompt_tokens"
+            return f"{what} over the measured run"
+        rates = [r.gauges["cache_hit_rate"] for r in inside if "cache_hit_rate" in r.gauges]
+        if rates:
+            values["server_cache_hit_rate"] = sum(rates) / len(rates)
+            return "mean of the sglang:cache_hit_rate gauge (the last prefill batch's rate) over the window"
+        return ""
+
+
+def open_server_monitor(base_url: str, path: str, *, interval_s: float = 0.5,
+                        clock: Callable[[], float] = time.monotonic,
+                        transport: httpx.BaseTransport | None = None) -> ServerMonitor:
+    """A started monitor of ``base_url + path``, or TelemetryError saying why the server's metrics
+    cannot be read there (SGLang serves them only with --enable-metrics). ``transport`` replaces
+    the network (tests)."""
+    monitor = ServerMonitor(base_url.rstrip("/") + path, interval_s=interval_s, clock=clock, transport=transport)
+    try:
+        reading = parse_server_metrics(monitor._get())
+    except httpx.HTTPStatusError as err:
+        monitor.stop()
+        hint = " (SGLang serves /metrics only with --enable-metrics)" if err.response.status_code == 404 else ""
+        raise TelemetryError(f"server metrics: GET {monitor.url} answered HTTP {err.response.status_code}{hint}") from None
+    except (httpx.HTTPError, ValueError) as err:
+        monitor.stop()
+        raise TelemetryError(f"server metrics: GET {monitor.url} failed: {type(err).__name__}: {err}") from None
+    if not reading.engine:
+        monitor.stop()
+        raise TelemetryError(f"server metrics: {monitor.url} serves Prometheus text without sglang:* or vllm:* metrics")
+    monitor.scrape_now()
+    monitor.start()
+    return monitor
