@@ -38,11 +38,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from detection import WORKLOAD, fmt_rate, session_verdict, simulate_run, wilson  # noqa: E402  (benchmarks/ is sys.path[0])
+from detection import WORKLOAD, fmt_rate, session_verdict, simulate_run, wilson
 
-from perfgate.ab import abba_order  # noqa: E402
-from perfgate.profile import GateSpec  # noqa: E402
-from perfgate.verdict import judge, judge_paired, rules_for  # noqa: E402
+from perfgate.ab import abba_order
+from perfgate.profile import GateSpec
+from perfgate.verdict import judge, judge_paired, rules_for
 
 DROP = 0.05
 # name -> (SimConfig overrides, host slowdown per server run). Drift 0.016 / 0.032 give ~1 / ~2 %
@@ -111,7 +111,9 @@ def gate_verdict(same: Runs, changed: Runs, repeats: int) -> str:
 
 
 def gate_policy(same: Runs, changed: Runs) -> tuple[str, int]:
-    verdict, n = session_verdict(changed[POLICY_REPEATS : 3 * POLICY_REPEATS], same[:POLICY_REPEATS], POLICY_REPEATS, ALPHA)
+    verdict, n = session_verdict(
+        changed[POLICY_REPEATS : 3 * POLICY_REPEATS], same[:POLICY_REPEATS], POLICY_REPEATS, ALPHA
+    )
     return verdict, POLICY_REPEATS + n
 
 
@@ -131,7 +133,9 @@ def _trial(args: tuple[str, int]) -> tuple[dict[tuple[str, float], tuple[str, in
             out[(f"A/B {runs // 2} rounds", drop)] = (ab_verdict(same, changed, runs // 2), runs)
             out[(f"gate {runs // 2} + {runs // 2}", drop)] = (gate_verdict(same, changed, runs // 2), runs)
         out[(f"A/B policy ({POLICY_ROUNDS} rounds, up to {2 * POLICY_ROUNDS})", drop)] = ab_policy(same, changed)
-        out[(f"gate policy ({POLICY_REPEATS} + {POLICY_REPEATS}, up to {2 * POLICY_REPEATS})", drop)] = gate_policy(same, changed)
+        out[(f"gate policy ({POLICY_REPEATS} + {POLICY_REPEATS}, up to {2 * POLICY_REPEATS})", drop)] = gate_policy(
+            same, changed
+        )
     return out, len(same) + len(slower)
 
 
@@ -159,7 +163,9 @@ def main() -> None:
     print(f"## A/B interleaved vs record-then-gate: {WORKLOAD.name} on perfgate.sim, {n} hosts per row\n")
     print("Default rules (3 % throughput and mean TPOT, 10 % p99 TPOT), alpha 0.05. Red = FAIL or INCONCLUSIVE.")
     print("Cells: FAIL share [Wilson 95 %] + INCONCLUSIVE share.\n")
-    print("| host | scheme | server runs | no change: FAIL + INCONCLUSIVE | 5 % slower: FAIL (detected) + INCONCLUSIVE |")
+    print(
+        "| host | scheme | server runs | no change: FAIL + INCONCLUSIVE | 5 % slower: FAIL (detected) + INCONCLUSIVE |"
+    )
     print("|---|---|---|---|---|")
     results: dict[str, dict[str, object]] = {}
     for host in HOSTS:
@@ -171,14 +177,23 @@ def main() -> None:
                 inc = verdicts[(host, scheme, drop, "inconclusive")]
                 cells.append(f"{fmt_rate(fail, n)} + {inc / n * 100:.1f} %")
                 key = "no_change" if drop == 0 else "drop_5pct"
-                record[key] = {"fail": fail / n, "inconclusive": inc / n, "wilson95_fail": [round(x, 4) for x in wilson(fail, n)]}
+                record[key] = {
+                    "fail": fail / n,
+                    "inconclusive": inc / n,
+                    "wilson95_fail": [round(x, 4) for x in wilson(fail, n)],
+                }
                 record[f"mean_runs_{key}"] = round(runs_used[(host, scheme, drop)] / n, 2)
             used = f"{record['mean_runs_no_change']:g} / {record['mean_runs_drop_5pct']:g}"
             print(f"| {host} | {scheme} | {used} | {cells[0]} | {cells[1]} |")
             results[f"{host}/{scheme}"] = record
     total_s = time.perf_counter() - started
     print(f"\nsimulated {simulated} runs and judged them in {total_s:.0f} s with {args.workers} workers")
-    print(json.dumps({"workload": WORKLOAD.name, "trials": n, "drop": DROP, "cells": results, "seconds": round(total_s, 1)}, sort_keys=True))
+    print(
+        json.dumps(
+            {"workload": WORKLOAD.name, "trials": n, "drop": DROP, "cells": results, "seconds": round(total_s, 1)},
+            sort_keys=True,
+        )
+    )
 
 
 if __name__ == "__main__":

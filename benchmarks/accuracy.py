@@ -50,7 +50,9 @@ def main() -> None:
     p.add_argument("--output-len", type=int, default=64)
     p.add_argument("--range-ratio", type=float, default=0.5, help="lengths uniform in [ratio * len, len]")
     p.add_argument("--time-scale", type=float, default=1.0)
-    p.add_argument("--client-processes", type=lambda v: v if v == "auto" else int(v), default=1, help='a number or "auto"')
+    p.add_argument(
+        "--client-processes", type=lambda v: v if v == "auto" else int(v), default=1, help='a number or "auto"'
+    )
     p.add_argument("--request-rate", type=float, default=256.0, help="requests/s with constant gaps; inf: all at once")
     p.add_argument("--step-fixed-ms", type=float, default=60.0)
     a = p.parse_args()
@@ -68,8 +70,15 @@ def main() -> None:
     }
     spec = ServerSpec(kind="simulator", sim=sim, startup_timeout_s=60.0, shutdown_timeout_s=10.0)
     w = Workload(
-        name="accuracy", num_prompts=a.concurrency, concurrency=a.concurrency, input_len=a.input_len,
-        output_len=a.output_len, range_ratio=a.range_ratio, client_processes=a.client_processes, request_rate=a.request_rate, pacing="constant",
+        name="accuracy",
+        num_prompts=a.concurrency,
+        concurrency=a.concurrency,
+        input_len=a.input_len,
+        output_len=a.output_len,
+        range_ratio=a.range_ratio,
+        client_processes=a.client_processes,
+        request_rate=a.request_rate,
+        pacing="constant",
         # A burst (rate inf) finds its keep-alive connections open: the client opens them before
         # the measured phase.
         warmup_requests=1,
@@ -77,7 +86,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as logs, ExitStack() as stack:
         server = start_server(spec, log_dir=Path(logs), stack=stack)
         # The client's own limits are reported, not enforced: this run is about the numbers.
-        run = run_workload(server.base_url, w, model=server.model, limits=ClientLimits(max_lag_p99_ms=1e9, max_cpu_share=1e9))
+        run = run_workload(
+            server.base_url, w, model=server.model, limits=ClientLimits(max_lag_p99_ms=1e9, max_cpu_share=1e9)
+        )
         with urllib.request.urlopen(f"{server.base_url}/sim/truth?since={run.start_s!r}", timeout=60) as resp:
             truth = json.load(resp)
 
@@ -93,19 +104,30 @@ def main() -> None:
         "output_throughput": (m.values["output_throughput"], agg["output_tokens"] / truth_span_s),
     }
     out: dict[str, object] = {
-        "concurrency": w.concurrency, "input_len": w.input_len, "output_len": w.output_len, "range_ratio": w.range_ratio,
-        "time_scale": a.time_scale, "client_processes": w.client_processes, "request_rate": "inf" if math.isinf(a.request_rate) else a.request_rate,
+        "concurrency": w.concurrency,
+        "input_len": w.input_len,
+        "output_len": w.output_len,
+        "range_ratio": w.range_ratio,
+        "time_scale": a.time_scale,
+        "client_processes": w.client_processes,
+        "request_rate": "inf" if math.isinf(a.request_rate) else a.request_rate,
         "step_fixed_ms": a.step_fixed_ms,
         "load_average_1m": round(os.getloadavg()[0], 2),
-        "client_cpu_share": round(run.client.cpu_share, 3), "client_loop_lag_p99_ms": round(run.client.loop_lag_p99_ms, 1),
-        "client_event_loop": run.client.event_loop, "client_processes_run": run.client.processes,
+        "client_cpu_share": round(run.client.cpu_share, 3),
+        "client_loop_lag_p99_ms": round(run.client.loop_lag_p99_ms, 1),
+        "client_event_loop": run.client.event_loop,
+        "client_processes_run": run.client.processes,
     }
     worst = 0.0
     for name, (measured, true) in pairs.items():
         err = measured / true - 1.0
         worst = max(worst, abs(err))
         print(f"{name:>20}: perfgate {measured:10.2f}  truth {true:10.2f}  error {err:+.3%}")
-        out[f"{name}_measured"], out[f"{name}_truth"], out[f"{name}_error_pct"] = round(measured, 3), round(true, 3), round(err * 100, 3)
+        out[f"{name}_measured"], out[f"{name}_truth"], out[f"{name}_error_pct"] = (
+            round(measured, 3),
+            round(true, 3),
+            round(err * 100, 3),
+        )
     # Where a difference comes from: the client's send vs the server's arrival, the server's
     # first token / finish vs the client's reading of it (means of absolute monotonic times).
     ok = [r for r in run.records if r.ok]

@@ -37,31 +37,52 @@ REPO = Path(__file__).resolve().parents[1]
 METRICS = ("output_throughput", "mean_tpot_ms", "p99_tpot_ms", "mean_ttft_ms", "mean_itl_ms", "concurrency")
 
 
-def bench_serving(server: RunningServer, python: str, args: argparse.Namespace, seed: int, env: dict[str, str]) -> dict[str, float]:
+def bench_serving(
+    server: RunningServer, python: str, args: argparse.Namespace, seed: int, env: dict[str, str]
+) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.jsonl"
         argv = [
-            python, "-m", "sglang.benchmark.serving",
-            "--backend", "sglang",
-            "--base-url", server.base_url,
-            "--model", str(args.model),
-            "--tokenizer", str(args.model),
-            "--dataset-name", "random-ids",
+            python,
+            "-m",
+            "sglang.benchmark.serving",
+            "--backend",
+            "sglang",
+            "--base-url",
+            server.base_url,
+            "--model",
+            str(args.model),
+            "--tokenizer",
+            str(args.model),
+            "--dataset-name",
+            "random-ids",
             "--tokenize-prompt",
-            "--random-input-len", str(args.input_len),
-            "--random-output-len", str(args.output_len),
-            "--random-range-ratio", "1.0",
-            "--num-prompts", str(args.num_prompts),
-            "--max-concurrency", str(args.concurrency),
-            "--request-rate", "inf",
-            "--warmup-requests", str(args.warmup),
-            "--seed", str(seed),
+            "--random-input-len",
+            str(args.input_len),
+            "--random-output-len",
+            str(args.output_len),
+            "--random-range-ratio",
+            "1.0",
+            "--num-prompts",
+            str(args.num_prompts),
+            "--max-concurrency",
+            str(args.concurrency),
+            "--request-rate",
+            "inf",
+            "--warmup-requests",
+            str(args.warmup),
+            "--seed",
+            str(seed),
             "--disable-tqdm",
-            "--output-file", str(out),
+            "--output-file",
+            str(out),
         ]
         proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800, check=False)
         if proc.returncode != 0 or not out.exists():
-            raise SystemExit(f"sglang.benchmark.serving failed (exit {proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+            raise SystemExit(
+                "sglang.benchmark.serving failed (exit "
+                f"{proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+            )
         result = json.loads(out.read_text().strip().splitlines()[-1])
     if result.get("completed") != args.num_prompts:
         raise SystemExit(f"bench_serving completed {result.get('completed')} of {args.num_prompts} requests")
@@ -102,7 +123,10 @@ def main() -> int:
 
     env_info = find_sglang_env("0.5.23", args.cache)
     if env_info is None:
-        raise SystemExit(f"no SGLang 0.5.23 environment under {args.cache}: python -m perfgate.testing.sglang_env --version 0.5.23 --cache {args.cache}")
+        raise SystemExit(
+            f"no SGLang 0.5.23 environment under {args.cache}: python -m perfgate.testing.sglang_env --version "
+            f"0.5.23 --cache {args.cache}"
+        )
     profile = load_profile(REPO / "profiles" / "sglang-cpu-tiny.toml")
     spec = replace(
         profile.server,
@@ -114,7 +138,9 @@ def main() -> int:
     rounds: list[dict[str, dict[str, float]]] = []
     with ExitStack() as stack:
         server = start_server(spec, log_dir=Path(tempfile.mkdtemp(prefix="agreement-")), stack=stack)
-        print(f"SGLang {server.versions.get('server')} at {server.base_url}, ready in {server.boot_s:.1f} s", flush=True)
+        print(
+            f"SGLang {server.versions.get('server')} at {server.base_url}, ready in {server.boot_s:.1f} s", flush=True
+        )
         for k in range(args.rounds):
             # Alternate which client goes first, so a drift of the shared machine hits both.
             order = ("bench_serving", "perfgate") if k % 2 == 0 else ("perfgate", "bench_serving")
@@ -125,20 +151,33 @@ def main() -> int:
                     row[who] = bench_serving(server, str(env_info.python), args, seed=k, env=client_env)
                 else:
                     row[who] = perfgate_client(server, args, seed=k)
-                print(f"round {k + 1} {who:13s} ({time.monotonic() - t0:4.1f} s): "
-                      + ", ".join(f"{m} {v:,.2f}" for m, v in row[who].items()), flush=True)
+                print(
+                    f"round {k + 1} {who:13s} ({time.monotonic() - t0:4.1f} s): "
+                    + ", ".join(f"{m} {v:,.2f}" for m, v in row[who].items()),
+                    flush=True,
+                )
             rounds.append(row)
-    summary: dict[str, Any] = {"sglang": server.versions.get("server"), "rounds": args.rounds,
-                               "workload": f"c{args.concurrency} in{args.input_len} out{args.output_len} x {args.num_prompts}",
-                               "metrics": {}}
-    print(f"\n{'metric':20s} {'bench_serving':>14s} {'perfgate':>14s} {'perfgate vs bs':>15s}  (medians of {args.rounds} rounds)")
+    summary: dict[str, Any] = {
+        "sglang": server.versions.get("server"),
+        "rounds": args.rounds,
+        "workload": f"c{args.concurrency} in{args.input_len} out{args.output_len} x {args.num_prompts}",
+        "metrics": {},
+    }
+    print(
+        f"\n{'metric':20s} {'bench_serving':>14s} {'perfgate':>14s} {'perfgate vs bs':>15s}  (medians of "
+        f"{args.rounds} rounds)"
+    )
     for m in METRICS:
         bs = statistics.median(r["bench_serving"][m] for r in rounds)
         pg = statistics.median(r["perfgate"][m] for r in rounds)
         per_round = [(r["perfgate"][m] - r["bench_serving"][m]) / r["bench_serving"][m] for r in rounds]
         rel = (pg - bs) / bs
-        summary["metrics"][m] = {"bench_serving": round(bs, 3), "perfgate": round(pg, 3), "rel_diff": round(rel, 4),
-                                 "rel_diff_per_round": [round(x, 4) for x in per_round]}
+        summary["metrics"][m] = {
+            "bench_serving": round(bs, 3),
+            "perfgate": round(pg, 3),
+            "rel_diff": round(rel, 4),
+            "rel_diff_per_round": [round(x, 4) for x in per_round],
+        }
         print(f"{m:20s} {bs:14,.2f} {pg:14,.2f} {rel:+14.1%}")
     print(json.dumps(summary))
     return 0

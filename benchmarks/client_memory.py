@@ -64,8 +64,15 @@ def worker(url: str, requests: int, output_len: int, concurrency: int) -> dict:
     from perfgate.report import write_results
     from perfgate.session import RepeatResult, RunSummary, WorkloadResult
 
-    w = Workload(name="memory", num_prompts=requests, concurrency=concurrency, input_len=256, output_len=output_len,
-                 warmup_requests=16, client_processes=1)
+    w = Workload(
+        name="memory",
+        num_prompts=requests,
+        concurrency=concurrency,
+        input_len=256,
+        output_len=output_len,
+        warmup_requests=16,
+        client_processes=1,
+    )
     started_mb = _status_kb("VmRSS") / 1024
     t0 = time.monotonic()
     with _Peak() as client:
@@ -75,13 +82,22 @@ def worker(url: str, requests: int, output_len: int, concurrency: int) -> dict:
     if failed:
         raise SystemExit(f"{len(failed)} requests failed; first: {failed[0]}")
     out: dict[str, object] = {
-        "requests": requests, "output_len": output_len, "concurrency": concurrency, "chunks": run.client.chunks,
-        "client_s": round(client_s, 1), "interpreter_mb": round(started_mb, 1),
-        "client_peak_rss_mb": round(client.peak_mb, 1), "client_vmhwm_mb": round(_status_kb("VmHWM") / 1024, 1),
+        "requests": requests,
+        "output_len": output_len,
+        "concurrency": concurrency,
+        "chunks": run.client.chunks,
+        "client_s": round(client_s, 1),
+        "interpreter_mb": round(started_mb, 1),
+        "client_peak_rss_mb": round(client.peak_mb, 1),
+        "client_vmhwm_mb": round(_status_kb("VmHWM") / 1024, 1),
         "rss_after_run_mb": round(client.after_mb, 1),
     }
-    print(f"client: {run.client.chunks:,} chunks in {client_s:.0f} s, peak RSS {client.peak_mb:.0f} MB "
-          f"(interpreter and imports {started_mb:.0f} MB)", file=sys.stderr, flush=True)
+    print(
+        f"client: {run.client.chunks:,} chunks in {client_s:.0f} s, peak RSS {client.peak_mb:.0f} MB "
+        f"(interpreter and imports {started_mb:.0f} MB)",
+        file=sys.stderr,
+        flush=True,
+    )
     with _Peak() as metrics_stage:
         metrics = compute_metrics(run, target_concurrency=concurrency)
     out["metrics_peak_above_before_mb"] = round(metrics_stage.peak_mb - metrics_stage.before_mb, 1)
@@ -111,15 +127,36 @@ def main() -> None:
     from perfgate.profile import ServerSpec
     from perfgate.server import start_server
 
-    sim = {"zero_cost": True, "startup_delay_s": 0.1, "gpus": 1, "max_total_tokens": 100_000_000,
-           "max_running_requests": a.concurrency}
+    sim = {
+        "zero_cost": True,
+        "startup_delay_s": 0.1,
+        "gpus": 1,
+        "max_total_tokens": 100_000_000,
+        "max_running_requests": a.concurrency,
+    }
     spec = ServerSpec(kind="simulator", sim=sim, startup_timeout_s=60.0, shutdown_timeout_s=10.0)
     with tempfile.TemporaryDirectory() as logs, ExitStack() as stack:
         server = start_server(spec, log_dir=Path(logs), stack=stack)
-        argv = [sys.executable, __file__, "--worker-url", server.base_url, "--requests", str(a.requests),
-                "--output-len", str(a.output_len), "--concurrency", str(a.concurrency)]
-        proc = subprocess.run(argv, stdout=subprocess.PIPE, text=True, timeout=3600, check=False,
-                              env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
+        argv = [
+            sys.executable,
+            __file__,
+            "--worker-url",
+            server.base_url,
+            "--requests",
+            str(a.requests),
+            "--output-len",
+            str(a.output_len),
+            "--concurrency",
+            str(a.concurrency),
+        ]
+        proc = subprocess.run(
+            argv,
+            stdout=subprocess.PIPE,
+            text=True,
+            timeout=3600,
+            check=False,
+            env=dict(os.environ, PYTHONPATH=str(ROOT / "src")),
+        )
     if proc.returncode != 0:
         raise SystemExit(f"worker failed (exit {proc.returncode})")
     res = json.loads(proc.stdout.strip().splitlines()[-1])

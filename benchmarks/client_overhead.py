@@ -19,7 +19,8 @@ so CPU us per chunk; ``chunks_per_cpu_s`` (1e6 / CPU us per chunk) is the most c
 second that one client process sustains on one core, ``chunks_per_s`` what this run achieved
 (bounded by the simulator sharing the machine). Last stdout line: one JSON object.
 
-    python benchmarks/client_overhead.py [--streams 1024] [--chunks 64] [--httpx-chunks 64] [--clients perfgate,bench_serving]
+    python benchmarks/client_overhead.py [--streams 1024] [--chunks 64] [--httpx-chunks 64] \
+        [--clients perfgate,bench_serving]
 """
 
 from __future__ import annotations
@@ -98,7 +99,9 @@ class _BenchServingLike:
         out["prev_tokens"] = tokens
 
 
-async def _bench_serving_client(url: str, prompts: list[list[int]], output_len: int, streams: int) -> tuple[int, int, str]:
+async def _bench_serving_client(
+    url: str, prompts: list[list[int]], output_len: int, streams: int
+) -> tuple[int, int, str]:
     import aiohttp
 
     work = _BenchServingLike()
@@ -145,8 +148,12 @@ def _perfgate_client(url: str, model: str, requests: int, output_len: int, strea
     from perfgate.profile import Workload
 
     w = Workload(
-        name="overhead", num_prompts=requests, concurrency=streams, input_len=INPUT_LEN,
-        output_len=output_len, warmup_requests=0,
+        name="overhead",
+        num_prompts=requests,
+        concurrency=streams,
+        input_len=INPUT_LEN,
+        output_len=output_len,
+        warmup_requests=0,
     )
     # The whole call, as for the other clients: opening connections and preparing included,
     # not only the measured phase that perfgate's self-check covers (reported beside it).
@@ -158,7 +165,9 @@ def _perfgate_client(url: str, model: str, requests: int, output_len: int, strea
         raise RuntimeError(f"{len(failed)} perfgate requests failed; first: {failed[0]}")
     c = run.client
     return {
-        "cpu_s": cpu, "wall_s": wall, "chunks": c.chunks,
+        "cpu_s": cpu,
+        "wall_s": wall,
+        "chunks": c.chunks,
         "output_tokens": sum(r.output_tokens or 0 for r in run.records),
         "loop_lag_p99_ms": c.loop_lag_p99_ms,
         "notes": f"httptools protocol, {c.event_loop}; measured phase alone {c.cpu_us_per_chunk:.1f} us/chunk",
@@ -178,8 +187,22 @@ def worker(client: str, url: str, model: str, requests: int, output_len: int, st
 
 
 def _run_worker(client: str, url: str, model: str, requests: int, output_len: int, streams: int) -> dict:
-    argv = [sys.executable, __file__, "--worker", client, "--url", url, "--model", model,
-            "--requests", str(requests), "--chunks", str(output_len), "--streams", str(streams)]
+    argv = [
+        sys.executable,
+        __file__,
+        "--worker",
+        client,
+        "--url",
+        url,
+        "--model",
+        model,
+        "--requests",
+        str(requests),
+        "--chunks",
+        str(output_len),
+        "--streams",
+        str(streams),
+    ]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"{client} client failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -213,8 +236,13 @@ def main() -> None:
     from perfgate.profile import ServerSpec
     from perfgate.server import start_server
 
-    sim = {"zero_cost": True, "startup_delay_s": 0.1, "gpus": 1, "max_total_tokens": 10_000_000,
-           "max_running_requests": max(a.streams, 1)}
+    sim = {
+        "zero_cost": True,
+        "startup_delay_s": 0.1,
+        "gpus": 1,
+        "max_total_tokens": 10_000_000,
+        "max_running_requests": max(a.streams, 1),
+    }
     spec = ServerSpec(kind="simulator", sim=sim, startup_timeout_s=60.0, shutdown_timeout_s=10.0)
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as logs, ExitStack() as stack:
@@ -222,9 +250,12 @@ def main() -> None:
         for client in a.clients.split(","):
             chunks = a.httpx_chunks if client == "httpx" else a.chunks
             results[client] = r = _run_worker(client, server.base_url, server.model, a.streams, chunks, a.streams)
-            print(f"{client:>13}: {r['cpu_us_per_chunk']:7.1f} CPU us/chunk, {r['chunks_per_cpu_s']:9,.0f} chunks/CPU-s, "
-                  f"{r['chunks_per_s']:9,.0f} chunks/s achieved ({r['chunks']:,} chunks in {r['wall_s']:.1f} s, "
-                  f"CPU {r['cpu_share']:.0%}) [{r['notes']}]", flush=True)
+            print(
+                f"{client:>13}: {r['cpu_us_per_chunk']:7.1f} CPU us/chunk, {r['chunks_per_cpu_s']:9,.0f} chunks/CPU-s, "
+                f"{r['chunks_per_s']:9,.0f} chunks/s achieved ({r['chunks']:,} chunks in {r['wall_s']:.1f} s, "
+                f"CPU {r['cpu_share']:.0%}) [{r['notes']}]",
+                flush=True,
+            )
     summary: dict[str, object] = {"streams": a.streams, "load_average_1m": round(os.getloadavg()[0], 2)}
     for ours in ("perfgate", "perfgate-asyncio"):
         if ours in results and "bench_serving" in results:
@@ -234,7 +265,12 @@ def main() -> None:
             summary.update({f"{key}_vs_bench_serving_cpu_ratio": round(ratio, 3), f"{key}_target_met": ratio <= 0.5})
     for c, r in results.items():
         key = c.replace("-", "_")
-        summary.update({f"{key}_{k}": round(r[k], 2) for k in ("cpu_us_per_chunk", "chunks_per_cpu_s", "chunks_per_s", "cpu_share", "chunks")})
+        summary.update(
+            {
+                f"{key}_{k}": round(r[k], 2)
+                for k in ("cpu_us_per_chunk", "chunks_per_cpu_s", "chunks_per_s", "cpu_share", "chunks")
+            }
+        )
     if "httpx" in results:
         summary["httpx_chunks_per_request"] = a.httpx_chunks
     print(json.dumps(summary))

@@ -78,17 +78,35 @@ def worker(url: str, streams: int, output_len: int) -> dict:
     from perfgate.load import run_workload
     from perfgate.profile import Workload
 
-    w = Workload(name=f"scale-{streams}", num_prompts=streams, concurrency=streams, input_len=256,
-                 output_len=output_len, warmup_requests=64, client_processes="auto")
+    w = Workload(
+        name=f"scale-{streams}",
+        num_prompts=streams,
+        concurrency=streams,
+        input_len=256,
+        output_len=output_len,
+        warmup_requests=64,
+        client_processes="auto",
+    )
     run = run_workload(url, w)
     failed = [r.error for r in run.records if not r.ok]
     c = run.client
     return {
-        "streams": streams, "processes": c.processes, "sizing": c.sizing, "event_loop": c.event_loop,
-        "start_s": run.start_s, "end_s": run.end_s, "chunks": c.chunks, "wall_s": c.wall_s,
-        "cpu_us_per_chunk": c.cpu_us_per_chunk, "cpu_share_busiest": c.cpu_share,
-        "loop_lag_p99_ms": c.loop_lag_p99_ms, "valid": c.valid, "limit": c.limit, "reason": c.reason,
-        "failed": len(failed), "first_failure": failed[0] if failed else "",
+        "streams": streams,
+        "processes": c.processes,
+        "sizing": c.sizing,
+        "event_loop": c.event_loop,
+        "start_s": run.start_s,
+        "end_s": run.end_s,
+        "chunks": c.chunks,
+        "wall_s": c.wall_s,
+        "cpu_us_per_chunk": c.cpu_us_per_chunk,
+        "cpu_share_busiest": c.cpu_share,
+        "loop_lag_p99_ms": c.loop_lag_p99_ms,
+        "valid": c.valid,
+        "limit": c.limit,
+        "reason": c.reason,
+        "failed": len(failed),
+        "first_failure": failed[0] if failed else "",
     }
 
 
@@ -148,8 +166,13 @@ def main() -> None:
     from perfgate.server import start_server
 
     counts = [int(x) for x in a.streams.split(",")]
-    sim = {"zero_cost": True, "startup_delay_s": 0.1, "gpus": 1, "max_total_tokens": 1_000_000_000,
-           "max_running_requests": max(counts)}
+    sim = {
+        "zero_cost": True,
+        "startup_delay_s": 0.1,
+        "gpus": 1,
+        "max_total_tokens": 1_000_000_000,
+        "max_running_requests": max(counts),
+    }
     spec = ServerSpec(kind="simulator", sim=sim, startup_timeout_s=60.0, shutdown_timeout_s=10.0)
     load_before = os.getloadavg()[0]
     runs: list[dict] = []
@@ -160,27 +183,38 @@ def main() -> None:
             for i in range(a.runs):
                 r = _run_one(server.base_url, sim_pid, streams, a.output_len)
                 runs.append(r)
-                print(f"{streams:>5} streams, run {i + 1}: {r['chunks_per_s']:8,.0f} chunks/s, "
-                      f"{r['cpu_us_per_chunk']:5.1f} us CPU/chunk, lag p99 {r['loop_lag_p99_ms']:6.1f} ms, "
-                      f"RSS {r['client_rss_mb']:5.0f} MB, {r['processes']} process(es), "
-                      f"{'valid' if r['valid'] else 'INVALID: ' + r['reason']}, simulator CPU {r['server_cpu_share']:.0%}, "
-                      f"client waited {r['client_cpu_wait_per_run_s']:.1f} s for a CPU per s it ran "
-                      f"-> limit: {r['limit_by']}", flush=True)
-    summary: dict[str, object] = {"load_average_1m_before": round(load_before, 2),
-                                  "load_average_1m_after": round(os.getloadavg()[0], 2),
-                                  "output_len": a.output_len, "event_loop": runs[0]["event_loop"] if runs else ""}
+                print(
+                    f"{streams:>5} streams, run {i + 1}: {r['chunks_per_s']:8,.0f} chunks/s, "
+                    f"{r['cpu_us_per_chunk']:5.1f} us CPU/chunk, lag p99 {r['loop_lag_p99_ms']:6.1f} ms, "
+                    f"RSS {r['client_rss_mb']:5.0f} MB, {r['processes']} process(es), "
+                    f"{'valid' if r['valid'] else 'INVALID: ' + r['reason']}, simulator CPU "
+                    f"{r['server_cpu_share']:.0%}, "
+                    f"client waited {r['client_cpu_wait_per_run_s']:.1f} s for a CPU per s it ran "
+                    f"-> limit: {r['limit_by']}",
+                    flush=True,
+                )
+    summary: dict[str, object] = {
+        "load_average_1m_before": round(load_before, 2),
+        "load_average_1m_after": round(os.getloadavg()[0], 2),
+        "output_len": a.output_len,
+        "event_loop": runs[0]["event_loop"] if runs else "",
+    }
     for streams in counts:
         mine = [r for r in runs if r["streams"] == streams]
 
-        def spread(key: str, digits: int = 1) -> list[float]:
+        def spread(key: str, digits: int = 1, mine: list[dict] = mine) -> list[float]:
             values = [r[key] for r in mine]
             return [round(min(values), digits), round(max(values), digits)]
 
         summary[str(streams)] = {
-            "chunks_per_s": spread("chunks_per_s", 0), "cpu_us_per_chunk": spread("cpu_us_per_chunk"),
-            "loop_lag_p99_ms": spread("loop_lag_p99_ms"), "client_rss_mb": spread("client_rss_mb", 0),
-            "processes": sorted({r["processes"] for r in mine}), "valid_runs": sum(r["valid"] for r in mine),
-            "runs": len(mine), "server_cpu_share": spread("server_cpu_share", 2),
+            "chunks_per_s": spread("chunks_per_s", 0),
+            "cpu_us_per_chunk": spread("cpu_us_per_chunk"),
+            "loop_lag_p99_ms": spread("loop_lag_p99_ms"),
+            "client_rss_mb": spread("client_rss_mb", 0),
+            "processes": sorted({r["processes"] for r in mine}),
+            "valid_runs": sum(r["valid"] for r in mine),
+            "runs": len(mine),
+            "server_cpu_share": spread("server_cpu_share", 2),
             "client_cpu_wait_per_run_s": spread("client_cpu_wait_per_run_s", 2),
             "limit_by": sorted({r["limit_by"] for r in mine}),
         }

@@ -108,7 +108,10 @@ def _trial(args: tuple[str, int]) -> tuple[list[float], dict[Outcome, bool], dic
     base_seed = (level_id * 1_000_000 + trial) * (len(DROPS) + 1) * 100
     baseline = [simulate_run(overrides, base_seed + i, 0.0, (1 + host_drift) ** i) for i in range(most)]
     current = {
-        drop: [simulate_run(overrides, base_seed + (k + 1) * 100 + i, drop, (1 + host_drift) ** (most + i)) for i in range(2 * most)]
+        drop: [
+            simulate_run(overrides, base_seed + (k + 1) * 100 + i, drop, (1 + host_drift) ** (most + i))
+            for i in range(2 * most)
+        ]
         for k, drop in enumerate(DROPS)
     }
     alpha = GateSpec().alpha
@@ -127,7 +130,9 @@ def _trial(args: tuple[str, int]) -> tuple[list[float], dict[Outcome, bool], dic
     return [r["output_throughput"] for r in baseline], outcomes, used
 
 
-def session_verdict(current: list[dict[str, float]], base: list[dict[str, float]], repeats: int, alpha: float) -> tuple[Verdict, int]:
+def session_verdict(
+    current: list[dict[str, float]], base: list[dict[str, float]], repeats: int, alpha: float
+) -> tuple[Verdict, int]:
     """What the gate session decides: judge ``repeats`` runs, add one while inconclusive, up to 2 x repeats."""
     rules = _rules(None)
     n = repeats
@@ -159,11 +164,15 @@ def _rules(tolerance: float | None) -> list[MetricRule]:
     return [r if r.metric.startswith("p99") else replace(r, tolerance=tolerance) for r in rules]
 
 
-def _outcomes(rules: list[MetricRule], now: list[dict[str, float]], base: list[dict[str, float]], alpha: float) -> tuple[bool, bool]:
+def _outcomes(
+    rules: list[MetricRule], now: list[dict[str, float]], base: list[dict[str, float]], alpha: float
+) -> tuple[bool, bool]:
     """(a metric fails, confirmed by the noise test; the tolerance alone would fail) for one comparison."""
     v = judge(WORKLOAD.name, rules, now, base, alpha=alpha)
     past_tolerance = any(
-        m.measured is not None and m.limit is not None and (m.measured < m.limit if m.direction == "higher" else m.measured > m.limit)
+        m.measured is not None
+        and m.limit is not None
+        and (m.measured < m.limit if m.direction == "higher" else m.measured > m.limit)
         for m in v.metrics
     )
     return any(m.status == "fail" for m in v.metrics), past_tolerance
@@ -201,7 +210,10 @@ def main() -> None:
     print("inconclusive metrics get one more repeat at a time, up to 2 x repeats (the session's policy).")
     print("Each cell: FAIL / INCONCLUSIVE share of trials (Wilson 95 % interval of FAIL); both turn the")
     print("gate red by default. Last column: mean repeats run at 0 / 5 % drop.\n")
-    print("| noise (run-to-run CV of throughput) | repeats | no change (false alarms) | 3 % drop | 5 % drop | 10 % drop | repeats run |")
+    print(
+        "| noise (run-to-run CV of throughput) | repeats | no change (false alarms) | 3 % drop | 5 % drop | 10 % "
+        "drop | repeats run |"
+    )
     print("|---|---|---|---|---|---|---|")
     results: dict[str, dict[str, object]] = {}
     for level, (_, repeats_list, _) in NOISE_LEVELS.items():

@@ -67,14 +67,18 @@ def _profile_calls(uuid: str, reps: int = 20) -> dict[str, float]:
     """CPU microseconds per call of each NVML query the sampler may make."""
     nv = pynvml
     h = nv.nvmlDeviceGetHandleByUUID(uuid)
-    throttle = [nv.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP, nv.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN,
-                nv.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN]
+    throttle = [
+        nv.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP,
+        nv.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN,
+        nv.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN,
+    ]
     gpm = nv.nvmlGpmSampleAlloc()
     calls = {
         "fields[power_instant]": lambda: nv.nvmlDeviceGetFieldValues(h, [nv.NVML_FI_DEV_POWER_INSTANT]),
         "fields[energy]": lambda: nv.nvmlDeviceGetFieldValues(h, [nv.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION]),
         "fields[power_instant,energy]": lambda: nv.nvmlDeviceGetFieldValues(
-            h, [nv.NVML_FI_DEV_POWER_INSTANT, nv.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION]),
+            h, [nv.NVML_FI_DEV_POWER_INSTANT, nv.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION]
+        ),
         "fields[3 throttle counters]": lambda: nv.nvmlDeviceGetFieldValues(h, throttle),
         "GetTotalEnergyConsumption": lambda: nv.nvmlDeviceGetTotalEnergyConsumption(h),
         "GetPowerUsage": lambda: nv.nvmlDeviceGetPowerUsage(h),
@@ -102,10 +106,26 @@ def _profile_calls(uuid: str, reps: int = 20) -> dict[str, float]:
 
 def _figures(window: TelemetryWindow, uuid: str) -> dict[str, object]:
     g = next(g for g in window.gpus if g.uuid == uuid)
-    keep = ("mean_power_w", "integrated_power_w", "power_method", "power_p5_w", "power_p50_w",
-            "power_p95_w", "limit_share", "util_gpu_pct", "sm_clock_mean_mhz", "sm_util_pct",
-            "sm_occupancy_pct", "tensor_util_pct", "dram_bw_util_pct", "pcie_tx_mib_s", "pcie_rx_mib_s",
-            "temperature_max_c", "samples", "coverage_s")
+    keep = (
+        "mean_power_w",
+        "integrated_power_w",
+        "power_method",
+        "power_p5_w",
+        "power_p50_w",
+        "power_p95_w",
+        "limit_share",
+        "util_gpu_pct",
+        "sm_clock_mean_mhz",
+        "sm_util_pct",
+        "sm_occupancy_pct",
+        "tensor_util_pct",
+        "dram_bw_util_pct",
+        "pcie_tx_mib_s",
+        "pcie_rx_mib_s",
+        "temperature_max_c",
+        "samples",
+        "coverage_s",
+    )
     out: dict[str, object] = {k: getattr(g, k) for k in keep}
     out["throttle_s"] = dict(g.throttle_s)
     out["length_s"] = window.length_s
@@ -130,22 +150,33 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--phase-s", type=float, default=20.0, help="seconds per phase (default 20)")
     parser.add_argument("--interval-s", type=float, default=0.1, help="sampler interval (default 0.1 = 10 Hz)")
-    parser.add_argument("--activity-period-s", type=float, default=1.0,
-                        help="period of the slow reads: GPM, utilization, clocks (default 1)")
-    parser.add_argument("--counter-period-s", type=float, default=30.0,
-                        help="period of energy and clock-event counter reads between window edges (default 30)")
+    parser.add_argument(
+        "--activity-period-s",
+        type=float,
+        default=1.0,
+        help="period of the slow reads: GPM, utilization, clocks (default 1)",
+    )
+    parser.add_argument(
+        "--counter-period-s",
+        type=float,
+        default=30.0,
+        help="period of energy and clock-event counter reads between window edges (default 30)",
+    )
     parser.add_argument("--device", type=int, default=0, help="CUDA device to load (default 0)")
     parser.add_argument("--matmul-n", type=int, default=8192)
     parser.add_argument("--copy-gib", type=float, default=4.0, help="GiB per copy buffer (default 4)")
-    parser.add_argument("--watch-all", action="store_true",
-                        help="monitor every visible GPU (by UUID), load only --device: shows mapping and imbalance")
+    parser.add_argument(
+        "--watch-all",
+        action="store_true",
+        help="monitor every visible GPU (by UUID), load only --device: shows mapping and imbalance",
+    )
     args = parser.parse_args()
 
     torch.cuda.set_device(args.device)
     uuid = _cuda_uuid(args.device)
     watched = [args.device]
     if args.watch_all:
-        watched = [d for d in range(torch.cuda.device_count())]
+        watched = list(range(torch.cuda.device_count()))
         # CUDA's device order is not NVML's: name each GPU by the UUID torch reports for it.
         print("CUDA device -> UUID: " + ", ".join(f"{d} -> {_cuda_uuid(d)}" for d in watched), flush=True)
     ids = [_cuda_uuid(d) for d in watched]
@@ -155,17 +186,28 @@ def main() -> int:
     except TelemetryError as err:
         print(f"torch's UUIDs {ids} did not resolve ({err}); using NVML indices {watched}", flush=True)
         source = NvmlSource(pynvml, watched)
-    monitor = Monitor(source, interval_s=args.interval_s, activity_period_s=args.activity_period_s,
-                      counter_period_s=args.counter_period_s)
+    monitor = Monitor(
+        source,
+        interval_s=args.interval_s,
+        activity_period_s=args.activity_period_s,
+        counter_period_s=args.counter_period_s,
+    )
     # The reference: the same sampler with the energy counter read every second.
-    reference = Monitor(NvmlSource(pynvml, [g.uuid for g in monitor.gpus()]), interval_s=args.interval_s,
-                        activity_period_s=args.activity_period_s, counter_period_s=1.0)
+    reference = Monitor(
+        NvmlSource(pynvml, [g.uuid for g in monitor.gpus()]),
+        interval_s=args.interval_s,
+        activity_period_s=args.activity_period_s,
+        counter_period_s=1.0,
+    )
     for g in monitor.gpus():
         print(f"watching NVML index {g.index}: {g.uuid} pci={g.pci_bus_id}", flush=True)
     ident = next((g for g in monitor.gpus() if g.uuid == uuid), monitor.gpus()[0])
-    print(f"GPU: {ident.name} {ident.uuid} pci={ident.pci_bus_id} cc={ident.compute_capability} "
-          f"limit={ident.power_limit_w} W driver={ident.driver_version} cuda={ident.cuda_driver_version} "
-          f"gpm={ident.gpm_supported}", flush=True)
+    print(
+        f"GPU: {ident.name} {ident.uuid} pci={ident.pci_bus_id} cc={ident.compute_capability} "
+        f"limit={ident.power_limit_w} W driver={ident.driver_version} cuda={ident.cuda_driver_version} "
+        f"gpm={ident.gpm_supported}",
+        flush=True,
+    )
 
     call_cpu_us = _profile_calls(ident.uuid)
     # The poll and sampler costs below are for all watched GPUs together.
@@ -183,9 +225,11 @@ def main() -> int:
     steady: dict[str, dict[str, object]] = {}
     ref_means: dict[str, dict[str, float | None]] = {}
     work: dict[str, dict[str, float]] = {}
-    for name, run in (("idle", lambda s: time.sleep(s) or {}),
-                      ("matmul_bf16", lambda s: _matmul(s, args.matmul_n)),
-                      ("d2d_copy", lambda s: _copy(s, args.copy_gib))):
+    for name, run in (
+        ("idle", lambda s: time.sleep(s) or {}),
+        ("matmul_bf16", lambda s: _matmul(s, args.matmul_n)),
+        ("d2d_copy", lambda s: _copy(s, args.copy_gib)),
+    ):
         monitor.begin_window(name)
         t0 = time.monotonic()
         work[name] = run(args.phase_s)
@@ -222,9 +266,11 @@ def main() -> int:
 
     mm, cp = phases["matmul_bf16"], phases["d2d_copy"]
     disagreement = {name: agree(p) for name, p in phases.items()}
-    tensor_gap = (mm["tensor_util_pct"] - cp["tensor_util_pct"]
-                  if isinstance(mm["tensor_util_pct"], float) and isinstance(cp["tensor_util_pct"], float)
-                  else None)
+    tensor_gap = (
+        mm["tensor_util_pct"] - cp["tensor_util_pct"]
+        if isinstance(mm["tensor_util_pct"], float) and isinstance(cp["tensor_util_pct"], float)
+        else None
+    )
     result = {
         "gpu": dataclasses.asdict(ident),
         "watched_gpus": [g.uuid for g in monitor.gpus()],
@@ -245,11 +291,13 @@ def main() -> int:
         "nvml_call_cpu_us": call_cpu_us,
         "checks": {
             "loaded_power_agrees_within_3pct": all(
-                d is not None and d <= 3.0 for n, d in disagreement.items() if n != "idle"),
+                d is not None and d <= 3.0 for n, d in disagreement.items() if n != "idle"
+            ),
             "tensor_separates_phases": tensor_gap is not None and tensor_gap >= 20.0,
             "sampler_below_0_25pct_core_per_gpu": cpu_pct_per_gpu is not None and cpu_pct_per_gpu < 0.25,
             "means_within_0_5pct_of_1s_energy_reads": all(
-                d is not None and d <= 0.5 for c in cadence.values() for d in c.values()),
+                d is not None and d <= 0.5 for c in cadence.values() for d in c.values()
+            ),
         },
     }
     print(json.dumps(_round(result)))

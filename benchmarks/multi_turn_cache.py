@@ -29,14 +29,24 @@ def main() -> None:
     a = p.parse_args()
     profile = load_profile(Path(a.profile))
     ids = tuple(a.token_id_range) if a.token_id_range else None
-    common = dict(concurrency=4, output_len=16, token_id_range=ids, repeats=1, warmup_requests=0)
-    chat = Workload(name="multi-turn", dataset="multi-turn", num_prompts=32, num_turns=4, think_time_s=0.1, input_len=64,
-                    seed=3, **common)
+    common = {"concurrency": 4, "output_len": 16, "token_id_range": ids, "repeats": 1, "warmup_requests": 0}
+    chat = Workload(
+        name="multi-turn",
+        dataset="multi-turn",
+        num_prompts=32,
+        num_turns=4,
+        think_time_s=0.1,
+        input_len=64,
+        seed=3,
+        **common,
+    )
     rand = Workload(name="random", num_prompts=32, input_len=184, seed=4, **common)
     out: dict[str, dict[str, object]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        session = Session(replace(profile, workloads=(chat, rand), sweeps=()),
-                          SessionOptions(baselines_dir=Path(tmp) / "baselines", log_dir=Path(tmp) / "logs"))
+        session = Session(
+            replace(profile, workloads=(chat, rand), sweeps=()),
+            SessionOptions(baselines_dir=Path(tmp) / "baselines", log_dir=Path(tmp) / "logs"),
+        )
         try:
             for w in (chat, rand):
                 result = session.run(w)

@@ -61,14 +61,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("profile")
     parser.add_argument("--workload", required=True)
-    parser.add_argument("--slow-args", required=True, help="server flags that make the server slower (the negative control)")
+    parser.add_argument(
+        "--slow-args", required=True, help="server flags that make the server slower (the negative control)"
+    )
     parser.add_argument("--runs", type=int, default=6)
     parser.add_argument("--log-dir", default=".perfgate-cache/logs/noise")
     args = parser.parse_args()
     profile = load_profile(args.profile)
     spec = profile.server
     slow = shlex.split(args.slow_args)
-    slow_spec = replace(spec, command=(*spec.command, *slow)) if spec.kind == "command" else replace(spec, args=(*spec.args, *slow))
+    slow_spec = (
+        replace(spec, command=(*spec.command, *slow))
+        if spec.kind == "command"
+        else replace(spec, args=(*spec.args, *slow))
+    )
     tolerance = profile.gate.tolerance.get("output_throughput", 0.0)
     started = time.perf_counter()
     print(f"{profile.name} / {args.workload}: {args.runs} runs as configured")
@@ -94,7 +100,8 @@ def main() -> None:
         "seconds": round(time.perf_counter() - started, 1),
     }
     print(
-        f"normal CV {summary['cv_pct']['normal']} %, degraded/normal median ratio {summary['median_ratio']}, worst case "
+        f"normal CV {summary['cv_pct']['normal']} %, degraded/normal median ratio {summary['median_ratio']}, worst "
+        "case "
         f"{summary['worst_case_ratio']} ({drop_pct:.1f} % drop = {summary['worst_case_drop_in_tolerances']} x the "
         f"{tolerance:.0%} tolerance)"
     )

@@ -29,14 +29,23 @@ from perfgate._stats import median
 from perfgate.profile import Profile, Slo, Workload, load_profile
 from perfgate.session import Session, SessionOptions
 
-SHOWN = ("server_cache_hit_rate", "mean_ttft_ms", "p90_ttft_ms", "mean_tpot_ms", "output_throughput", "goodput",
-         "slo_attainment_pct")
+SHOWN = (
+    "server_cache_hit_rate",
+    "mean_ttft_ms",
+    "p90_ttft_ms",
+    "mean_tpot_ms",
+    "output_throughput",
+    "goodput",
+    "slo_attainment_pct",
+)
 
 
 def _run(profile: Profile, workloads: list[Workload]) -> dict[str, dict[str, float]]:
     with tempfile.TemporaryDirectory() as tmp:
-        session = Session(replace(profile, workloads=tuple(workloads), sweeps=()),
-                          SessionOptions(baselines_dir=Path(tmp) / "baselines", log_dir=Path(tmp) / "logs"))
+        session = Session(
+            replace(profile, workloads=tuple(workloads), sweeps=()),
+            SessionOptions(baselines_dir=Path(tmp) / "baselines", log_dir=Path(tmp) / "logs"),
+        )
         try:
             out = {}
             for w in workloads:
@@ -44,7 +53,9 @@ def _run(profile: Profile, workloads: list[Workload]) -> dict[str, dict[str, flo
                 if not result.valid:
                     raise SystemExit(f"{w.name}: invalid run: {'; '.join(result.invalid_reasons)}")
                 repeats = result.repeat_metrics()
-                out[w.name] = {k: round(median([r[k] for r in repeats]), 6) for k in SHOWN if all(k in r for r in repeats)}
+                out[w.name] = {
+                    k: round(median([r[k] for r in repeats]), 6) for k in SHOWN if all(k in r for r in repeats)
+                }
                 print(f"{w.name:>24}: " + ", ".join(f"{k} {v:g}" for k, v in out[w.name].items()))
             return out
         finally:
@@ -62,26 +73,52 @@ def main() -> None:
     p.add_argument("--output-len", type=int, default=64)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--token-id-range", type=int, nargs=2, default=None, metavar=("LO", "HI"))
-    p.add_argument("--backend", default="sglang", choices=("sglang", "openai-completions"),
-                   help="token-id prompts either way, so lengths are exact")
+    p.add_argument(
+        "--backend",
+        default="sglang",
+        choices=("sglang", "openai-completions"),
+        help="token-id prompts either way, so lengths are exact",
+    )
     p.add_argument("--slo-ttft-ms", type=float, default=1000.0)
     p.add_argument("--slo-tpot-ms", type=float, default=30.0)
-    p.add_argument("--without-cache", action="store_true", help="also run the shared prefix with the server's cache off")
+    p.add_argument(
+        "--without-cache", action="store_true", help="also run the shared prefix with the server's cache off"
+    )
     a = p.parse_args()
 
     profile = load_profile(a.profile)
     profile = replace(profile, gate=replace(profile.gate, repeats=a.repeats, max_repeats=a.repeats))
     ids = tuple(a.token_id_range) if a.token_id_range else None
-    common = dict(num_prompts=a.num_prompts, concurrency=a.concurrency, output_len=a.output_len,
-                  warmup_requests=a.groups, token_id_range=ids, backend=a.backend,
-                  slo=Slo(ttft_ms=a.slo_ttft_ms, tpot_ms=a.slo_tpot_ms))
-    shared = Workload(name="shared-prefix", dataset="shared-prefix", num_groups=a.groups, system_prompt_len=a.system_prompt_len,
-                      input_len=a.input_len, seed=1, **common)
+    common = {
+        "num_prompts": a.num_prompts,
+        "concurrency": a.concurrency,
+        "output_len": a.output_len,
+        "warmup_requests": a.groups,
+        "token_id_range": ids,
+        "backend": a.backend,
+        "slo": Slo(ttft_ms=a.slo_ttft_ms, tpot_ms=a.slo_tpot_ms),
+    }
+    shared = Workload(
+        name="shared-prefix",
+        dataset="shared-prefix",
+        num_groups=a.groups,
+        system_prompt_len=a.system_prompt_len,
+        input_len=a.input_len,
+        seed=1,
+        **common,
+    )
     rand = Workload(name="random", input_len=a.system_prompt_len + a.input_len, seed=2, **common)
     out: dict[str, object] = {
-        "profile": profile.name, "server": profile.server.kind, "concurrency": a.concurrency, "num_prompts": a.num_prompts,
-        "groups": a.groups, "system_prompt_len": a.system_prompt_len, "input_len": a.input_len, "output_len": a.output_len,
-        "repeats": a.repeats, "slo": {"ttft_ms": a.slo_ttft_ms, "tpot_ms": a.slo_tpot_ms},
+        "profile": profile.name,
+        "server": profile.server.kind,
+        "concurrency": a.concurrency,
+        "num_prompts": a.num_prompts,
+        "groups": a.groups,
+        "system_prompt_len": a.system_prompt_len,
+        "input_len": a.input_len,
+        "output_len": a.output_len,
+        "repeats": a.repeats,
+        "slo": {"ttft_ms": a.slo_ttft_ms, "tpot_ms": a.slo_tpot_ms},
         "load_average_1m": round(os.getloadavg()[0], 2),
     }
     out["with_cache"] = _run(profile, [shared, rand])

@@ -38,10 +38,20 @@ CONCURRENCY = 1024
 INPUT, OUTPUT = 256, 128
 FIDELITY_TIME_SCALE = 0.25
 ENDPOINTS: dict[str, tuple[str, dict[str, object]]] = {
-    "generate": ("/generate", {"input_ids": [1] * INPUT, "stream": True,
-                               "sampling_params": {"max_new_tokens": OUTPUT, "ignore_eos": True}}),
-    "completions": ("/v1/completions", {"prompt": [1] * INPUT, "max_tokens": OUTPUT, "ignore_eos": True,
-                                        "stream": True, "stream_options": {"include_usage": True}}),
+    "generate": (
+        "/generate",
+        {"input_ids": [1] * INPUT, "stream": True, "sampling_params": {"max_new_tokens": OUTPUT, "ignore_eos": True}},
+    ),
+    "completions": (
+        "/v1/completions",
+        {
+            "prompt": [1] * INPUT,
+            "max_tokens": OUTPUT,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+    ),
 }
 
 
@@ -62,9 +72,20 @@ def simulator(*args: str) -> Iterator[tuple[str, int]]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "perfgate.sim", "--host", "127.0.0.1", "--port", str(port),
-         "--startup-delay-s", "0", *args],
-        env=dict(os.environ, PYTHONPATH=str(ROOT / "src")), stdout=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "perfgate.sim",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--startup-delay-s",
+            "0",
+            *args,
+        ],
+        env=dict(os.environ, PYTHONPATH=str(ROOT / "src")),
+        stdout=subprocess.DEVNULL,
     )
     try:
         deadline = time.monotonic() + 30
@@ -87,6 +108,7 @@ async def drive(url: str, path: str, body: dict[str, object]) -> list[tuple[floa
     """All streams at once; per stream (sent, first chunk, last chunk, chunks) in monotonic s."""
     conn = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=900)) as session:
+
         async def one() -> tuple[float, float, float, int]:
             chunks = 0
             sent = time.monotonic()
@@ -111,8 +133,7 @@ def chunk_cost() -> dict[str, float]:
             chunks = sum(r[3] for r in asyncio.run(drive(url, path, body)))
             used = cpu_s(pid) - before
             out[f"{name}_server_cpu_us_per_chunk"] = round(used / chunks * 1e6, 2)
-            print(f"{name}: {chunks} chunks, server CPU {used:.2f} s = {used / chunks * 1e6:.1f} us/chunk",
-                  flush=True)
+            print(f"{name}: {chunks} chunks, server CPU {used:.2f} s = {used / chunks * 1e6:.1f} us/chunk", flush=True)
     return out
 
 

@@ -94,9 +94,15 @@ class FakeNvml:
         def __str__(self) -> str:
             return f"NVML error {self.value}"
 
-    def __init__(self, clock: FakeClock, gpus: list[FakeGpu], *, init_error: int | None = None,
-                 p2p: dict[tuple[int, int], int | Exception] | None = None,
-                 driver_version: str = "580.159.04") -> None:
+    def __init__(
+        self,
+        clock: FakeClock,
+        gpus: list[FakeGpu],
+        *,
+        init_error: int | None = None,
+        p2p: dict[tuple[int, int], int | Exception] | None = None,
+        driver_version: str = "580.159.04",
+    ) -> None:
         self.clock = clock
         self.gpus = gpus
         self.init_error = init_error
@@ -206,8 +212,10 @@ class FakeNvml:
         return int(self._static(h, "nvmlDeviceGetEnforcedPowerLimit").limit_w * 1000)
 
     def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[SimpleNamespace]:
-        return [SimpleNamespace(pid=pid, usedGpuMemory=2**30)
-                for pid in self._static(h, "nvmlDeviceGetComputeRunningProcesses").pids]
+        return [
+            SimpleNamespace(pid=pid, usedGpuMemory=2**30)
+            for pid in self._static(h, "nvmlDeviceGetComputeRunningProcesses").pids
+        ]
 
     def nvmlDeviceGetPowerManagementDefaultLimit(self, h: int) -> int:
         return 700_000
@@ -248,18 +256,36 @@ class FakeNvml:
         out = []
         for fid in field_ids:
             if fid in g.unsupported_fields:
-                out.append(SimpleNamespace(nvmlReturn=self.NVML_ERROR_NOT_SUPPORTED, valueType=1,
-                                           value=SimpleNamespace(uiVal=0)))
+                out.append(
+                    SimpleNamespace(
+                        nvmlReturn=self.NVML_ERROR_NOT_SUPPORTED, valueType=1, value=SimpleNamespace(uiVal=0)
+                    )
+                )
             elif fid == self.NVML_FI_DEV_POWER_INSTANT:
-                out.append(SimpleNamespace(nvmlReturn=0, valueType=self.NVML_VALUE_TYPE_UNSIGNED_INT,
-                                           value=SimpleNamespace(uiVal=int(g.power_w * 1000))))
+                out.append(
+                    SimpleNamespace(
+                        nvmlReturn=0,
+                        valueType=self.NVML_VALUE_TYPE_UNSIGNED_INT,
+                        value=SimpleNamespace(uiVal=int(g.power_w * 1000)),
+                    )
+                )
             elif fid == self.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION:
-                out.append(SimpleNamespace(nvmlReturn=0, valueType=self.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
-                                           value=SimpleNamespace(ullVal=int(g.energy_mj))))
+                out.append(
+                    SimpleNamespace(
+                        nvmlReturn=0,
+                        valueType=self.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+                        value=SimpleNamespace(ullVal=int(g.energy_mj)),
+                    )
+                )
             else:
                 ns = g.throttle_ns if fid == self.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP else 0
-                out.append(SimpleNamespace(nvmlReturn=0, valueType=self.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
-                                           value=SimpleNamespace(ullVal=int(ns))))
+                out.append(
+                    SimpleNamespace(
+                        nvmlReturn=0,
+                        valueType=self.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+                        value=SimpleNamespace(ullVal=int(ns)),
+                    )
+                )
         return out
 
     def nvmlDeviceGetTotalEnergyConsumption(self, h: int) -> int:
@@ -318,8 +344,10 @@ class FakeNvml:
                 m.value = (s2.tensor - s1.tensor) / dt
             elif m.metricId == self.NVML_GPM_METRIC_SM_UTIL:
                 m.value = (s2.sm - s1.sm) / dt
-            elif m.metricId in (self.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC,
-                                self.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC):
+            elif m.metricId in (
+                self.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC,
+                self.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC,
+            ):
                 m.nvmlReturn = self.NVML_ERROR_NOT_SUPPORTED
             else:
                 m.value = 12.5

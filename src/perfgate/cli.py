@@ -3,7 +3,8 @@
     perfgate doctor [--python PY] [--sglang-root DIR] [--json]
     perfgate baselines list|show|diff ...
     perfgate compare RESULTS_A RESULTS_B [--metric NAME]...
-    perfgate ab PROFILE [--candidate-python PY] [--candidate-env K=V]... [--candidate-args "..."] [--rounds N] [-k EXPR] ...
+    perfgate ab PROFILE [--candidate-python PY] [--candidate-env K=V]... [--candidate-args "..."]
+                [--rounds N] [-k EXPR] ...
 
 Exit status: 0 fine, 1 a regression, 2 bad input or a comparison that could not decide
 (nothing in common, a metric missing on one side, an inconclusive verdict, a run that stopped);
@@ -17,8 +18,9 @@ import json
 import math
 import os
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from perfgate.ab import DEFAULT_ROUNDS, AbOptions, Candidate, parse_args, parse_env, run_ab
 from perfgate.baseline import BaselineStore, diff, read_baseline
@@ -48,7 +50,9 @@ def _baselines(args: argparse.Namespace) -> int:
         return EXIT_ERROR if errors else 0
     paths = [Path(p) for p in args.paths]
     if not paths:
-        raise PerfgateError(f"perfgate baselines {args.action} needs baseline files; `perfgate baselines list` shows the stored ones")
+        raise PerfgateError(
+            f"perfgate baselines {args.action} needs baseline files; `perfgate baselines list` shows the stored ones"
+        )
     docs = []
     for p in paths:
         doc = read_baseline(p)
@@ -77,19 +81,29 @@ def _load_results(path: Path) -> dict[str, Any]:
     try:
         doc = json.loads(path.read_text())
     except FileNotFoundError:
-        raise PerfgateError(f"results {path}: file not found; write results with `pytest perf_tests --perf-results DIR`") from None
+        raise PerfgateError(
+            f"results {path}: file not found; write results with `pytest perf_tests --perf-results DIR`"
+        ) from None
     except (OSError, ValueError) as e:
         raise PerfgateError(f"results {path}: not a perfgate results JSON file ({e})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("workloads"), list):
-        raise PerfgateError(f"results {path}: not a perfgate results file (no 'workloads'); pass files written by --perf-results")
+        raise PerfgateError(
+            f"results {path}: not a perfgate results file (no 'workloads'); pass files written by --perf-results"
+        )
     return doc
 
 
 def _workloads(doc: dict[str, Any], path: Path) -> dict[str, dict[str, Any]]:
     out = {}
     for wl in doc["workloads"]:
-        if not isinstance(wl, dict) or not isinstance(wl.get("workload"), str) or not isinstance(wl.get("repeats"), list):
-            raise PerfgateError(f"results {path}: a workload entry lacks 'workload' or 'repeats'; pass files written by --perf-results")
+        if (
+            not isinstance(wl, dict)
+            or not isinstance(wl.get("workload"), str)
+            or not isinstance(wl.get("repeats"), list)
+        ):
+            raise PerfgateError(
+                f"results {path}: a workload entry lacks 'workload' or 'repeats'; pass files written by --perf-results"
+            )
         out[wl["workload"]] = wl
     return out
 
@@ -109,7 +123,8 @@ def _compare(args: argparse.Namespace) -> int:
     common = [name for name in new if name in old]
     if not common:
         raise PerfgateError(
-            f"nothing to compare: {path_a} has workloads {sorted(old) or 'none'} and {path_b} has {sorted(new) or 'none'}, "
+            f"nothing to compare: {path_a} has workloads {sorted(old) or 'none'} and {path_b} has "
+            f"{sorted(new) or 'none'}, "
             "none in common; pass results of runs of the same profile"
         )
     for name in sorted(set(old) ^ set(new)):
@@ -145,7 +160,9 @@ def _compare(args: argparse.Namespace) -> int:
         print("regression")
         return EXIT_REGRESSION
     if not compared:
-        raise PerfgateError(f"nothing compared: no gated metric is present in both {path_a} and {path_b}; name one with --metric")
+        raise PerfgateError(
+            f"nothing compared: no gated metric is present in both {path_a} and {path_b}; name one with --metric"
+        )
     if undecided:
         print("undecided: an inconclusive metric or a workload that stopped with an error (exit 2)")
         return EXIT_ERROR
@@ -249,7 +266,8 @@ def _parser() -> argparse.ArgumentParser:
         type=_metric,
         action="append",
         default=[],
-        help="compare this metric (repeatable; default: the metrics the new run gated); missing on either side is an error",
+        help="compare this metric (repeatable; default: the metrics the new run gated); missing on either side is "
+        "an error",
     )
     c.add_argument(
         "--inconclusive",
@@ -265,18 +283,31 @@ def _parser() -> argparse.ArgumentParser:
         "ABBA order, one run of every selected workload per boot, and judge B/A round by round.",
     )
     ab.add_argument("profile", help="profile TOML (A is this profile as written)")
-    ab.add_argument("--candidate-python", metavar="PY", help="B's interpreter: the python of another environment (the upgrade)")
     ab.add_argument(
-        "--candidate-env", metavar="NAME=VALUE", action="append", default=[], help="an environment variable B's server gets (repeatable)"
+        "--candidate-python", metavar="PY", help="B's interpreter: the python of another environment (the upgrade)"
+    )
+    ab.add_argument(
+        "--candidate-env",
+        metavar="NAME=VALUE",
+        action="append",
+        default=[],
+        help="an environment variable B's server gets (repeatable)",
     )
     ab.add_argument(
         "--candidate-args",
         metavar="FLAGS",
         action="append",
         default=[],
-        help='extra server flags for B, split as a shell does: --candidate-args "--foo 1" (one flag alone: --candidate-args=--foo)',
+        help='extra server flags for B, split as a shell does: --candidate-args "--foo 1" (one flag alone: '
+        "--candidate-args=--foo)",
     )
-    ab.add_argument("--rounds", metavar="N", type=_whole(1), default=DEFAULT_ROUNDS, help=f"rounds of one A and one B run each (default {DEFAULT_ROUNDS})")
+    ab.add_argument(
+        "--rounds",
+        metavar="N",
+        type=_whole(1),
+        default=DEFAULT_ROUNDS,
+        help=f"rounds of one A and one B run each (default {DEFAULT_ROUNDS})",
+    )
     ab.add_argument(
         "--max-rounds",
         metavar="M",
@@ -284,16 +315,40 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="most rounds in all: two more are run at a time while a verdict is inconclusive (default 2 x --rounds)",
     )
-    ab.add_argument("-k", dest="keyword", metavar="EXPR", help="select workloads by name as pytest's -k does: -k c64, -k \"not c1024\"")
-    ab.add_argument("--results", metavar="DIR", help="write the results JSON, a Markdown summary, a plot per workload and the server logs here")
-    ab.add_argument("--baselines", metavar="DIR", default="baselines", help="baseline store for --accept-candidate (default: baselines)")
+    ab.add_argument(
+        "-k",
+        dest="keyword",
+        metavar="EXPR",
+        help='select workloads by name as pytest\'s -k does: -k c64, -k "not c1024"',
+    )
+    ab.add_argument(
+        "--results",
+        metavar="DIR",
+        help="write the results JSON, a Markdown summary, a plot per workload and the server logs here",
+    )
+    ab.add_argument(
+        "--baselines",
+        metavar="DIR",
+        default="baselines",
+        help="baseline store for --accept-candidate (default: baselines)",
+    )
     ab.add_argument(
         "--accept-candidate",
         action="store_true",
         help="record B's runs as the new baselines, with the A/B in their provenance, where B passed",
     )
-    ab.add_argument("--reason", metavar="TEXT", help="with --accept-candidate: record B also where it did not pass; TEXT is stored with it")
-    ab.add_argument("--lock-wait", metavar="SECONDS", type=_seconds, default=0.0, help="wait this long for GPUs another perfgate session holds")
+    ab.add_argument(
+        "--reason",
+        metavar="TEXT",
+        help="with --accept-candidate: record B also where it did not pass; TEXT is stored with it",
+    )
+    ab.add_argument(
+        "--lock-wait",
+        metavar="SECONDS",
+        type=_seconds,
+        default=0.0,
+        help="wait this long for GPUs another perfgate session holds",
+    )
     return parser
 
 

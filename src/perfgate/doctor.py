@@ -32,19 +32,23 @@ _P2P_LEGEND = (
 
 _AUTOTUNE_HINTS = {
     "native": "SGLang autotunes flashinfer_cutlass itself; perfgate adds nothing",
-    "patch-needed": "perfgate patches this at launch with [server] flashinfer_cutlass_autotune = \"auto\"",
-    "unknown": "perfgate cannot patch this layout; [server] flashinfer_cutlass_autotune = \"auto\" fails the launch",
+    "patch-needed": 'perfgate patches this at launch with [server] flashinfer_cutlass_autotune = "auto"',
+    "unknown": 'perfgate cannot patch this layout; [server] flashinfer_cutlass_autotune = "auto" fails the launch',
     "no-autotune": "this SGLang has no MoE autotune to patch",
 }
 
 
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="perfgate doctor", description=__doc__.splitlines()[0])
-    parser.add_argument("--python", default=sys.executable,
-                        help="interpreter of the SGLang environment (default: this one)")
-    parser.add_argument("--sglang-root", type=Path,
-                        help="inspect this SGLang tree instead of the installed one: an unpacked wheel, "
-                             "a source checkout, or the sglang package directory")
+    parser.add_argument(
+        "--python", default=sys.executable, help="interpreter of the SGLang environment (default: this one)"
+    )
+    parser.add_argument(
+        "--sglang-root",
+        type=Path,
+        help="inspect this SGLang tree instead of the installed one: an unpacked wheel, "
+        "a source checkout, or the sglang package directory",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(list(argv))
     if args.sglang_root is not None:
@@ -91,8 +95,15 @@ def _autotune(python: str, sglang_root: Path | None) -> dict[str, Any]:
 
 
 def _no_sglang(status: str, explanation: str) -> dict[str, Any]:
-    return {"status": status, "sglang_root": None, "sglang_version": None, "file": "",
-            "function": "", "explanation": explanation, "hint": ""}
+    return {
+        "status": status,
+        "sglang_root": None,
+        "sglang_version": None,
+        "file": "",
+        "function": "",
+        "explanation": explanation,
+        "hint": "",
+    }
 
 
 def _nvml() -> dict[str, Any]:
@@ -106,8 +117,10 @@ def _nvml() -> dict[str, Any]:
                     "error": None,
                     "driver": query(nvml, nvml.nvmlSystemGetDriverVersion),
                     "gpus": [_gpu(nvml, g, h) for g, h in zip(gpus, handles)],
-                    "p2p_read": [[_p2p(nvml, a, b) if i != j else "X" for j, b in enumerate(handles)]
-                                 for i, a in enumerate(handles)],
+                    "p2p_read": [
+                        [_p2p(nvml, a, b) if i != j else "X" for j, b in enumerate(handles)]
+                        for i, a in enumerate(handles)
+                    ],
                 }
             except nvml.NVMLError as err:
                 return _no_nvml(f"NVML failed listing GPUs: {err}")
@@ -141,8 +154,13 @@ def _text(report: dict[str, Any]) -> str:
     lines = ["perfgate doctor", f"  python       {report['python']}"]
     if versions["error"]:
         lines.append(f"  versions     unavailable: {versions['error']}")
-    for key, label in (("sglang", "SGLang"), ("flashinfer", "FlashInfer"), ("sgl-kernel", "sgl-kernel"), ("torch", "torch"),
-                       ("cuda", "CUDA (torch)")):
+    for key, label in (
+        ("sglang", "SGLang"),
+        ("flashinfer", "FlashInfer"),
+        ("sgl-kernel", "sgl-kernel"),
+        ("torch", "torch"),
+        ("cuda", "CUDA (torch)"),
+    ):
         lines.append(f"  {label:<12} {versions[key] or 'not installed'}")
     if not nvml["available"]:
         lines.append(f"  GPUs         none visible: {nvml['error']}")

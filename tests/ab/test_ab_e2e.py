@@ -21,7 +21,6 @@ import pytest
 from perfgate.cli import main
 from tests.support import PERF_TESTS, processes_with
 
-
 PROFILE = """
 name = "ab-fast"
 
@@ -90,7 +89,7 @@ def ab(profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def row(out: str, name: str) -> list[str]:
     """The cells after ``name`` in the side-by-side table of the report."""
     (line,) = [x for x in out.splitlines() if re.match(rf"{re.escape(name)}\s{{2,}}", x)]
-    return line[len(name):].split()
+    return line[len(name) :].split()
 
 
 def assert_nothing_left(profile: Path) -> None:
@@ -102,15 +101,37 @@ def assert_nothing_left(profile: Path) -> None:
 
 def test_slower_candidate_exits_1_naming_throughput_and_tpot_and_is_not_accepted(profile: Path, tmp_path: Path) -> None:
     results, baselines = tmp_path / "results", tmp_path / "baselines"
-    run = ab(profile, "--candidate-env", SLOW, "--rounds", "5", "-k", "c16", "--results", str(results),
-             "--accept-candidate", "--baselines", str(baselines))
+    run = ab(
+        profile,
+        "--candidate-env",
+        SLOW,
+        "--rounds",
+        "5",
+        "-k",
+        "c16",
+        "--results",
+        str(results),
+        "--accept-candidate",
+        "--baselines",
+        str(baselines),
+    )
     assert run.returncode == 1, run.stdout + run.stderr
     out = run.stdout
     assert "Traceback" not in run.stderr
     # Ten boots in ABBA order, only the selected workload.
     booted = [line.split()[2:4] for line in out.splitlines() if line.endswith("booting")]
-    assert booted == [["1/5", "A"], ["1/5", "B"], ["2/5", "B"], ["2/5", "A"], ["3/5", "A"], ["3/5", "B"],
-                      ["4/5", "B"], ["4/5", "A"], ["5/5", "A"], ["5/5", "B"]]
+    assert booted == [
+        ["1/5", "A"],
+        ["1/5", "B"],
+        ["2/5", "B"],
+        ["2/5", "A"],
+        ["3/5", "A"],
+        ["3/5", "B"],
+        ["4/5", "B"],
+        ["4/5", "A"],
+        ["5/5", "A"],
+        ["5/5", "B"],
+    ]
     assert "c4-in16-out8" not in out
     for metric in ("mean_tpot_ms", "output_throughput", "p99_tpot_ms", "total_throughput"):
         (line,) = [x for x in out.splitlines() if x.startswith(f"FAIL         c16-in32-out16: {metric} B/A")]
@@ -118,15 +139,26 @@ def test_slower_candidate_exits_1_naming_throughput_and_tpot_and_is_not_accepted
         assert f"c16-in32-out16 {metric}, per round (FAIL):" in out
     assert row(out, "env PERFGATE_SIM_SLOWDOWN") == ["(unset)", "4", "differs"]
     assert "fingerprint c16-in32-out16: same for A and B" in out
-    assert "baseline c16-in32-out16: not recorded: B did not pass the A/B (FAIL: mean_tpot_ms, output_throughput, p99_tpot_ms, total_throughput); --reason \"why\" records it anyway" in out
+    assert (
+        "baseline c16-in32-out16: not recorded: B did not pass the A/B (FAIL: mean_tpot_ms, output_throughput, "
+        'p99_tpot_ms, total_throughput); --reason "why" records it anyway' in out
+    )
     assert out.rstrip().splitlines()[-4] == "REGRESSION: B is worse than A"
     assert not baselines.exists() or not list(baselines.rglob("*.json"))
     (doc_path,) = results.glob("ab-ab-fast-*.json")
     doc = json.loads(doc_path.read_text())
-    assert doc["outcome"] == "regression" and [tuple(x) for x in doc["order"]][:4] == [(1, "A"), (1, "B"), (2, "B"), (2, "A")]
+    assert doc["outcome"] == "regression" and [tuple(x) for x in doc["order"]][:4] == [
+        (1, "A"),
+        (1, "B"),
+        (2, "B"),
+        (2, "A"),
+    ]
     (wl,) = doc["workloads"]
     assert [r["order"] for r in wl["rounds"]] == ["AB", "BA", "AB", "BA", "AB"]
-    assert wl["rounds"][0]["B"]["repeat"]["values"]["mean_tpot_ms"] > wl["rounds"][0]["A"]["repeat"]["values"]["mean_tpot_ms"]
+    assert (
+        wl["rounds"][0]["B"]["repeat"]["values"]["mean_tpot_ms"]
+        > wl["rounds"][0]["A"]["repeat"]["values"]["mean_tpot_ms"]
+    )
     assert len(wl["rounds"][0]["A"]["repeat"]["requests"]) == 32
     assert (results / "ab-c16-in32-out16.png").stat().st_size > 10_000
     assert (results / "ab-summary.md").read_text().startswith("## perfgate ab: ab-fast")
@@ -142,7 +174,18 @@ def test_candidate_python_passes_and_is_accepted_with_the_ab_as_evidence(profile
     wrapper.write_text(f'#!/bin/sh\nexport PERFGATE_SIM_VERSION=0.5.99+candidate\nexec "{sys.executable}" "$@"\n')
     wrapper.chmod(0o755)
     baselines = tmp_path / "baselines"
-    run = ab(profile, "--candidate-python", str(wrapper), "--rounds", "2", "-k", "c16", "--accept-candidate", "--baselines", str(baselines))
+    run = ab(
+        profile,
+        "--candidate-python",
+        str(wrapper),
+        "--rounds",
+        "2",
+        "-k",
+        "c16",
+        "--accept-candidate",
+        "--baselines",
+        str(baselines),
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     out = run.stdout
     assert row(out, "python") == [sys.executable, str(wrapper), "differs"]
@@ -172,10 +215,15 @@ def test_candidate_that_fails_to_boot_stops_the_ab_with_exit_2(profile: Path) ->
     assert run.returncode == 2, run.stdout + run.stderr
     out = run.stdout
     assert [line for line in out.splitlines() if line.endswith("booting")] == [
-        "[ab] round 1/4 A (current): booting", "[ab] round 1/4 B (candidate): booting"
+        "[ab] round 1/4 A (current): booting",
+        "[ab] round 1/4 B (candidate): booting",
     ]
     assert "server args that differ: A (none) | B --fail-at-startup=true" in out
-    (problem,) = [x for x in out.splitlines() if x.startswith("problem: stopped: round 1, B (candidate), workload c16-in32-out16: ")]
+    (problem,) = [
+        x
+        for x in out.splitlines()
+        if x.startswith("problem: stopped: round 1, B (candidate), workload c16-in32-out16: ")
+    ]
     assert "exited with code 1 before" in problem
     assert out.rstrip().endswith("ERROR: the A/B could not decide")
     assert_nothing_left(profile)
@@ -185,7 +233,11 @@ def test_sigterm_mid_ab_stops_the_server_and_exits_143(profile: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PERFGATE_SIM_")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "perfgate.cli", "ab", str(profile), "--candidate-env", SLOW, "--rounds", "4"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=profile.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=profile.parent,
     )
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -203,7 +255,10 @@ def test_sigterm_mid_ab_stops_the_server_and_exits_143(profile: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--candidate-python", "/nonexistent/python"], "perfgate: --candidate-python /nonexistent/python: no such interpreter"),
+        (
+            ["--candidate-python", "/nonexistent/python"],
+            "perfgate: --candidate-python /nonexistent/python: no such interpreter",
+        ),
         (["--candidate-env", SLOW, "-k", "c2048"], "perfgate: -k 'c2048' selects no workload of profile"),
         (["--candidate-env", SLOW, "-k", "c16 and"], "perfgate: -k 'c16 and': not a keyword expression"),
         ([], "perfgate: no candidate: give what B changes with --candidate-python PY"),
@@ -223,7 +278,10 @@ def test_bad_input_exits_2_with_one_line_before_anything_boots(
 
 def test_missing_profile_and_bad_numbers(tmp_path: Path, profile: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["ab", str(tmp_path / "nope.toml"), "--candidate-env", SLOW]) == 2
-    assert capsys.readouterr().err == f"perfgate: profile {tmp_path / 'nope.toml'}: file not found; pass a profile TOML file (see profiles/)\n"
+    assert (
+        capsys.readouterr().err
+        == f"perfgate: profile {tmp_path / 'nope.toml'}: file not found; pass a profile TOML file (see profiles/)\n"
+    )
     with pytest.raises(SystemExit) as e:
         main(["ab", str(profile), "--rounds", "0"])
     assert e.value.code == 2
@@ -239,8 +297,16 @@ def test_pytest_perf_ab_reports_the_ab_in_the_four_gate_tests(pytester: pytest.P
         pytester._monkeypatch.delenv(k)
     baselines = pytester.path / "baselines"
     result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", f"--perf-profile={profile}", "-k", "c16", "--perf-ab",
-        f"--perf-candidate-env={SLOW}", "--perf-ab-rounds=2", "--perf-accept-candidate", f"--perf-baselines={baselines}",
+        "-p",
+        "no:cacheprovider",
+        f"--perf-profile={profile}",
+        "-k",
+        "c16",
+        "--perf-ab",
+        f"--perf-candidate-env={SLOW}",
+        "--perf-ab-rounds=2",
+        "--perf-accept-candidate",
+        f"--perf-baselines={baselines}",
         timeout=300,
     )
     # Throughput and latency fail on their verdicts; validity on the candidate that was asked to be
@@ -259,8 +325,14 @@ def test_pytest_perf_ab_reports_the_ab_in_the_four_gate_tests(pytester: pytest.P
     ("args", "message"),
     [
         (["--perf-candidate-env=X=1"], "--perf-candidate-env only applies with --perf-ab"),
-        (["--perf-ab", "--perf-candidate-env=X=1", "--perf-update-baselines"], "--perf-update-baselines does not apply with --perf-ab"),
-        (["--perf-ab", "--perf-candidate-env=X=1", "--perf-ab-rounds=0"], "--perf-ab-rounds 0: expected a whole number >= 1"),
+        (
+            ["--perf-ab", "--perf-candidate-env=X=1", "--perf-update-baselines"],
+            "--perf-update-baselines does not apply with --perf-ab",
+        ),
+        (
+            ["--perf-ab", "--perf-candidate-env=X=1", "--perf-ab-rounds=0"],
+            "--perf-ab-rounds 0: expected a whole number >= 1",
+        ),
         (["--perf-ab", "--perf-candidate-env=NOEQ"], "--perf-candidate-env 'NOEQ': expected NAME=VALUE"),
         (["--perf-ab", "--perf-accept-regression=x"], "--perf-accept-regression only applies when recording"),
     ],
@@ -274,7 +346,9 @@ def test_pytest_perf_ab_usage_errors(pytester: pytest.Pytester, profile: Path, a
 
 def test_pytest_perf_ab_with_a_bad_candidate_stops_at_collection(pytester: pytest.Pytester, profile: Path) -> None:
     pytester.makepyfile(test_serving=PERF_TESTS)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--perf-profile={profile}", "--perf-ab", "--perf-candidate-python=/no/python")
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", f"--perf-profile={profile}", "--perf-ab", "--perf-candidate-python=/no/python"
+    )
     assert result.ret == pytest.ExitCode.INTERRUPTED
     assert "perfgate: --perf-candidate-python /no/python: no such interpreter" in result.stdout.str()
     assert "booting" not in result.stdout.str()

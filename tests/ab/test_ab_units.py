@@ -11,7 +11,17 @@ from types import SimpleNamespace
 
 import pytest
 
-from perfgate.ab import AbOptions, AbSummary, Candidate, abba_order, parse_args, parse_env, run_ab, select_workloads, variants
+from perfgate.ab import (
+    AbOptions,
+    AbSummary,
+    Candidate,
+    abba_order,
+    parse_args,
+    parse_env,
+    run_ab,
+    select_workloads,
+    variants,
+)
 from perfgate.errors import PerfgateError
 from perfgate.profile import GateSpec, Profile, ServerSpec, TelemetrySpec, Workload
 from perfgate.report import report_lines
@@ -45,7 +55,9 @@ def test_abba_order_alternates_and_continues_across_calls() -> None:
     order = abba_order(1, 6)
     for block in range(3):
         runs = order[4 * block : 4 * block + 4]
-        assert sum(i for i, (_, v) in enumerate(runs) if v == "A") == sum(i for i, (_, v) in enumerate(runs) if v == "B")
+        assert sum(i for i, (_, v) in enumerate(runs) if v == "A") == sum(
+            i for i, (_, v) in enumerate(runs) if v == "B"
+        )
 
 
 def test_abba_cancels_a_drifting_host_where_ab_order_would_not() -> None:
@@ -92,8 +104,16 @@ def test_k_that_selects_nothing_or_does_not_parse_is_an_error() -> None:
     profile = _profile()
     with pytest.raises(PerfgateError) as e:
         select_workloads(profile, "c2048")
-    assert str(e.value) == "-k 'c2048' selects no workload of profile profiles/p.toml; its workloads are c64-in256-out128, c1024-in256-out128"
-    with pytest.raises(PerfgateError, match=r"-k 'c64 and': not a keyword expression \(expected not OR left parenthesis OR identifier; got end of input\)"):
+    assert (
+        str(e.value)
+        == "-k 'c2048' selects no workload of profile profiles/p.toml; its workloads are c64-in256-out128, "
+        "c1024-in256-out128"
+    )
+    with pytest.raises(
+        PerfgateError,
+        match=r"-k 'c64 and': not a keyword expression \(expected not OR left parenthesis OR identifier; got end "
+        r"of input\)",
+    ):
         select_workloads(profile, "c64 and")
     with pytest.raises(PerfgateError, match=r"-k 'c64\(x=1\)': .*call parameters"):
         select_workloads(profile, "c64(x=1)")
@@ -136,8 +156,16 @@ def test_variants_b_is_the_profile_with_the_change(tmp_path: Path) -> None:
     ("server", "candidate", "message"),
     [
         (ServerSpec(kind="simulator"), Candidate(), "no candidate: give what B changes with --candidate-python PY"),
-        (ServerSpec(kind="attach", base_url="http://127.0.0.1:1"), Candidate(env={"X": "1"}), 'kind = "attach" is a server someone else started'),
-        (ServerSpec(kind="simulator"), Candidate(python="/nonexistent/bin/python"), "--candidate-python /nonexistent/bin/python: no such interpreter"),
+        (
+            ServerSpec(kind="attach", base_url="http://127.0.0.1:1"),
+            Candidate(env={"X": "1"}),
+            'kind = "attach" is a server someone else started',
+        ),
+        (
+            ServerSpec(kind="simulator"),
+            Candidate(python="/nonexistent/bin/python"),
+            "--candidate-python /nonexistent/bin/python: no such interpreter",
+        ),
         (ServerSpec(kind="simulator"), Candidate(python="no-such-python-anywhere"), "no such interpreter"),
         (
             ServerSpec(kind="command", command=("/usr/bin/server", "--port", "{port}")),
@@ -184,7 +212,11 @@ class _Repeat:
     def __init__(self, values: dict[str, float], client_valid: bool = True, failed: int = 0) -> None:
         self.values = values
         self.telemetry = None
-        client = SimpleNamespace(valid=client_valid, reason="" if client_valid else "event-loop lag p99 900 ms > 200 ms", advice="run on a quieter host")
+        client = SimpleNamespace(
+            valid=client_valid,
+            reason="" if client_valid else "event-loop lag p99 900 ms > 200 ms",
+            advice="run on a quieter host",
+        )
         self.load = SimpleNamespace(client=client, records=[None] * 8)
         self.metrics = SimpleNamespace(failed=failed)
 
@@ -219,8 +251,13 @@ class _Script:
                     self.results[w.name] = WorkloadResult(w.name, [], [], error=str(value))
                     raise value
                 value, kind = value if isinstance(value, tuple) else (value, "")
-                repeat = _Repeat({"mean_tpot_ms": value}, client_valid=kind != "paced", failed=3 if kind == "failed" else 0)
-                reasons = {"paced": ["repeat 1: the load client, not the server, set the pace"], "failed": ["repeat 1: 3 of 8 requests failed"]}
+                repeat = _Repeat(
+                    {"mean_tpot_ms": value}, client_valid=kind != "paced", failed=3 if kind == "failed" else 0
+                )
+                reasons = {
+                    "paced": ["repeat 1: the load client, not the server, set the pace"],
+                    "failed": ["repeat 1: 3 of 8 requests failed"],
+                }
                 result = WorkloadResult(w.name, [repeat], reasons.get(kind, []))  # type: ignore[list-item]
                 self.results[w.name] = result
                 return result
@@ -229,7 +266,9 @@ class _Script:
                 return list(script.teardown_notes.get(label, []))
 
             def summary(self, notes: tuple[str, ...]) -> RunSummary:
-                server = ServerSummary("simulator", "m", "http://127.0.0.1:1", "0.5.23", 0.5, {"versions": {"server": label}})
+                server = ServerSummary(
+                    "simulator", "m", "http://127.0.0.1:1", "0.5.23", 0.5, {"versions": {"server": label}}
+                )
                 return RunSummary("p", "profiles/p.toml", server, (), "", "off", (), {}, {}, (), notes)
 
         return Session()
@@ -270,20 +309,30 @@ def test_inconclusive_adds_rounds_for_the_undecided_workloads_only(monkeypatch: 
     # B better in 3 of 10 rounds: the sign test cannot confirm the 5 % median.
     assert (c64.status, c64.verdict.metrics[0].rounds_worse, c1024.status) == ("inconclusive", 7, "pass")
     assert summary.outcome == "inconclusive"
-    assert report_lines(summary)[1].startswith("rounds: 10 (6 planned, 4 more for discarded runs or inconclusive verdicts, at most 10)")
+    assert report_lines(summary)[1].startswith(
+        "rounds: 10 (6 planned, 4 more for discarded runs or inconclusive verdicts, at most 10)"
+    )
 
 
 def test_a_variant_that_fails_stops_the_ab_and_nothing_passes(monkeypatch: pytest.MonkeyPatch) -> None:
-    script = _Script(lambda label, w, i: PerfgateError("server exited with code 1 before it answered") if label == "B" else 20.0)
+    script = _Script(
+        lambda label, w, i: PerfgateError("server exited with code 1 before it answered") if label == "B" else 20.0
+    )
     summary = _run(monkeypatch, script, rounds=6)
     assert [label for label, _ in script.boots] == ["A", "B"]
-    assert summary.stopped == "round 1, B (candidate), workload c64-in256-out128: server exited with code 1 before it answered"
+    assert (
+        summary.stopped
+        == "round 1, B (candidate), workload c64-in256-out128: server exited with code 1 before it answered"
+    )
     assert summary.outcome == "error"
-    c64, c1024 = summary.workloads
+    c64, _ = summary.workloads
     assert c64.verdict is None and c64.status == "error"
     assert "round 1 B: server exited with code 1 before it answered" in c64.problems
     lines = report_lines(summary)
-    assert "problem: stopped: round 1, B (candidate), workload c64-in256-out128: server exited with code 1 before it answered" in lines
+    assert (
+        "problem: stopped: round 1, B (candidate), workload c64-in256-out128: server exited with code 1 before it "
+        "answered" in lines
+    )
     assert lines[-1] == "ERROR: the A/B could not decide"
 
 
@@ -337,12 +386,17 @@ def test_a_run_the_client_paced_is_discarded_and_its_round_replaced(monkeypatch:
     assert w.discarded == ["round 1 B: the client set the pace (event-loop lag p99 900 ms > 200 ms)"]
     assert w.problems == [] and summary.outcome == "pass"
     lines = report_lines(summary)
-    assert "discarded (round not counted): c64-in256-out128 round 1 B: the client set the pace (event-loop lag p99 900 ms > 200 ms)" in lines
+    assert (
+        "discarded (round not counted): c64-in256-out128 round 1 B: the client set the pace (event-loop lag p99 "
+        "900 ms > 200 ms)" in lines
+    )
     assert "discarded runs of c64-in256-out128: run on a quieter host" in lines
     assert lines[1].startswith("rounds: 8 (6 planned, 2 more for discarded runs or inconclusive verdicts, at most 12)")
 
 
-def test_failed_requests_are_never_discarded_and_too_few_valid_rounds_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failed_requests_are_never_discarded_and_too_few_valid_rounds_is_an_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     script = _Script(lambda label, w, i: (20.0, "failed") if label == "B" and i == 2 else 20.0)
     summary = _run(monkeypatch, script, rounds=6, keyword="c64")
     (w,) = summary.workloads

@@ -90,13 +90,10 @@ def install_stubs(root: Path, module: str) -> None:
 
 
 def set_capability(major_minor: tuple[int, int]) -> None:
-    sys.modules["torch"].cuda = types.SimpleNamespace(
-        get_device_capability=lambda *args: major_minor
-    )
+    sys.modules["torch"].cuda = types.SimpleNamespace(get_device_capability=lambda *args: major_minor)
 
 
-def decide(cls, function: str, backend: str, a2a: str, disable: bool, speculative: bool,
-           draft: bool) -> bool:
+def decide(cls, function: str, backend: str, a2a: str, disable: bool, speculative: bool, draft: bool) -> bool:
     server_args = types.SimpleNamespace(
         disable_flashinfer_autotune=disable,
         moe_runner_backend=backend,
@@ -110,8 +107,17 @@ def decide(cls, function: str, backend: str, a2a: str, disable: bool, speculativ
     return bool(getattr(cls, function)(runner))
 
 
-BACKENDS = ["flashinfer_cutlass", "flashinfer_trtllm", "flashinfer_trtllm_routed",
-            "flashinfer_mxfp4", "flashinfer_cutedsl", "triton", "auto", "deep_gemm", "cutlass"]
+BACKENDS = [
+    "flashinfer_cutlass",
+    "flashinfer_trtllm",
+    "flashinfer_trtllm_routed",
+    "flashinfer_mxfp4",
+    "flashinfer_cutedsl",
+    "triton",
+    "auto",
+    "deep_gemm",
+    "cutlass",
+]
 CAPABILITIES = [(7, 5), (8, 0), (8, 9), (9, 0), (10, 0), (12, 0), (12, 1)]
 
 
@@ -126,17 +132,26 @@ def grid(module_name: str, qualname: str) -> dict:
     class_name, function = qualname.split(".")
     rows = []
     for cap, backend, a2a, disable, (speculative, draft) in itertools.product(
-        CAPABILITIES, BACKENDS, ["none", "deepep"], [False, True],
+        CAPABILITIES,
+        BACKENDS,
+        ["none", "deepep"],
+        [False, True],
         [(False, False), (True, False), (True, True)],
     ):
         set_capability(cap)
         args = (backend, a2a, disable, speculative, draft)
-        rows.append({
-            "capability": cap, "backend": backend, "a2a": a2a, "disable": disable,
-            "speculative": speculative, "draft": draft,
-            "sglang": decide(getattr(unpatched, class_name), function, *args),
-            "patched": decide(getattr(patched, class_name), function, *args),
-        })
+        rows.append(
+            {
+                "capability": cap,
+                "backend": backend,
+                "a2a": a2a,
+                "disable": disable,
+                "speculative": speculative,
+                "draft": draft,
+                "sglang": decide(getattr(unpatched, class_name), function, *args),
+                "patched": decide(getattr(patched, class_name), function, *args),
+            }
+        )
     return {"rows": rows}
 
 
@@ -147,8 +162,9 @@ def child(module_name: str, qualname: str, queue) -> None:
     class_name, function = qualname.split(".")
     cls = getattr(importlib.import_module(module_name), class_name)
     set_capability((12, 0))
-    queue.put({"pid": os.getpid(),
-               "decision": decide(cls, function, "flashinfer_cutlass", "none", False, False, False)})
+    queue.put(
+        {"pid": os.getpid(), "decision": decide(cls, function, "flashinfer_cutlass", "none", False, False, False)}
+    )
 
 
 def spawn(module_name: str, qualname: str) -> dict:
@@ -158,8 +174,7 @@ def spawn(module_name: str, qualname: str) -> dict:
     process.start()
     process.join(timeout=120)
     answer = queue.get(timeout=5) if process.exitcode == 0 else {}
-    return {"parent_pid": multiprocessing.current_process().pid, **answer,
-            "exitcode": process.exitcode}
+    return {"parent_pid": multiprocessing.current_process().pid, **answer, "exitcode": process.exitcode}
 
 
 if __name__ == "__main__":

@@ -47,9 +47,21 @@ def _wheel(cache: Path, version: str) -> Path:
     proc = subprocess.run(
         # Fixed target tags: some releases ship only cp311 manylinux wheels, and the
         # sources inside are the same whatever machine runs the tests.
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-         "--python-version", "3.11", "--platform", "manylinux_2_34_x86_64",
-         "-d", str(cache), f"sglang=={version}"],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--python-version",
+            "3.11",
+            "--platform",
+            "manylinux_2_34_x86_64",
+            "-d",
+            str(cache),
+            f"sglang=={version}",
+        ],
         capture_output=True,
         text=True,
         timeout=600,

@@ -50,9 +50,7 @@ def _copy_tree(src: Path, dst: Path) -> Path:
     ["if backend_str not in AUTOTUNED_BACKENDS + [\n", "if backend_str not in frozenset([\n"],
     ids=["list-joined-to-a-constant", "list-wrapped-in-a-call"],
 )
-def test_a_list_the_hook_cannot_extend_safely_is_unknown(
-    sglang_0_5_12: Path, tmp_path: Path, replacement: str
-) -> None:
+def test_a_list_the_hook_cannot_extend_safely_is_unknown(sglang_0_5_12: Path, tmp_path: Path, replacement: str) -> None:
     root = _copy_tree(sglang_0_5_12, tmp_path)
     runner = root / MODEL_RUNNER
     text = runner.read_text()
@@ -68,9 +66,7 @@ def test_a_list_the_hook_cannot_extend_safely_is_unknown(
     assert "moe_runner_backend" in status.explanation
 
 
-def test_a_renamed_decision_is_unknown_and_names_what_was_expected(
-    sglang_0_5_12: Path, tmp_path: Path
-) -> None:
+def test_a_renamed_decision_is_unknown_and_names_what_was_expected(sglang_0_5_12: Path, tmp_path: Path) -> None:
     root = _copy_tree(sglang_0_5_12, tmp_path)
     runner = root / MODEL_RUNNER
     runner.write_text(runner.read_text().replace("_should_run_flashinfer_autotune", "_decide_tuning"))

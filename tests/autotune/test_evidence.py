@@ -12,9 +12,11 @@ from perfgate.server.autotune import (
 )
 
 CACHE = "/root/.cache/sglang/flashinfer/autotune/0.6.11.post1/sm120/3f2a9c1e0b7d4455"
-HOOK = ("perfgate-autotune: patched sglang.srt.model_executor.model_runner:ModelRunner."
-        "_should_run_flashinfer_autotune: flashinfer_cutlass added to the autotuned MoE "
-        "backends in pid {pid}")
+HOOK = (
+    "perfgate-autotune: patched sglang.srt.model_executor.model_runner:ModelRunner."
+    "_should_run_flashinfer_autotune: flashinfer_cutlass added to the autotuned MoE "
+    "backends in pid {pid}"
+)
 
 
 def rank_lines(rank: int, cache: str = CACHE, prefix: str = "TP{r}") -> list[str]:
@@ -22,8 +24,10 @@ def rank_lines(rank: int, cache: str = CACHE, prefix: str = "TP{r}") -> list[str
     tag = prefix.format(r=rank)
     return [
         f"[2026-11-29 19:00:0{rank % 10} {tag}] Load weight end. type=GlmMoeForCausalLM",
-        (f"[2026-11-29 19:00:1{rank % 10} {tag}] Running FlashInfer autotune with cache: "
-         f"{cache}/rank_tp{rank}_pp0_dp0.json"),
+        (
+            f"[2026-11-29 19:00:1{rank % 10} {tag}] Running FlashInfer autotune with cache: "
+            f"{cache}/rank_tp{rank}_pp0_dp0.json"
+        ),
         f"[2026-11-29 19:03:2{rank % 10} {tag}] FlashInfer autotune completed.",
     ]
 
@@ -82,39 +86,46 @@ def test_the_patch_was_expected_but_the_hook_never_ran() -> None:
 
 
 def test_a_hook_failure_fails_even_when_sglang_tuned() -> None:
-    failed = ("perfgate-autotune: FAILED to patch sglang.srt.model_executor.model_runner:"
-              "ModelRunner._should_run_flashinfer_autotune (ModelRunner._should_run_flashinfer_autotune "
-              "has no list of autotuned MoE runner backends); running SGLang unchanged in pid 77")
+    failed = (
+        "perfgate-autotune: FAILED to patch sglang.srt.model_executor.model_runner:"
+        "ModelRunner._should_run_flashinfer_autotune (ModelRunner._should_run_flashinfer_autotune "
+        "has no list of autotuned MoE runner backends); running SGLang unchanged in pid 77"
+    )
     evidence = verify_autotune_log(server_log([0]) + "\n" + failed, 1)
     assert not evidence.ok
-    assert evidence.hook_failures == (failed[failed.index("perfgate-autotune"):],)
+    assert evidence.hook_failures == (failed[failed.index("perfgate-autotune") :],)
     assert "has no list of autotuned MoE runner backends" in evidence.message
 
 
 def test_single_gpu_and_releases_without_a_cache() -> None:
     # SGLang 0.5.7 - 0.5.11: no TP prefix at tp 1, no persistent cache: every boot tunes.
-    log = ("[2026-11-29 19:00:00] Running FlashInfer autotune...\n"
-           "[2026-11-29 19:01:00] FlashInfer autotune completed.\n")
+    log = "[2026-11-29 19:00:00] Running FlashInfer autotune...\n[2026-11-29 19:01:00] FlashInfer autotune completed.\n"
     evidence = verify_autotune_log(log, 1)
     assert evidence.ok and evidence.tuning == "fresh" and evidence.cache_dir == ""
 
 
 def test_cache_reuse_disabled_means_fresh() -> None:
-    log = ("[2026-11-29 19:00:00] Running FlashInfer autotune (cache reuse DISABLED via "
-           f"SGLANG_FLASHINFER_AUTOTUNE_CACHE=0); writing fresh result to: {CACHE}/runs/"
-           "rank_tp0_pp0_dp0.20261129_190000.json\n"
-           "[2026-11-29 19:01:00] FlashInfer autotune completed.\n")
+    log = (
+        "[2026-11-29 19:00:00] Running FlashInfer autotune (cache reuse DISABLED via "
+        f"SGLANG_FLASHINFER_AUTOTUNE_CACHE=0); writing fresh result to: {CACHE}/runs/"
+        "rank_tp0_pp0_dp0.20261129_190000.json\n"
+        "[2026-11-29 19:01:00] FlashInfer autotune completed.\n"
+    )
     evidence = verify_autotune_log(log, 1)
     assert evidence.ok and evidence.tuning == "fresh" and evidence.cache_dir == CACHE
 
 
 def test_flashinfer_lines_when_sglang_lets_them_through() -> None:
-    fi = ("2026-11-29 19:00:05,123 - INFO - autotuner.py:1764 - flashinfer.jit: "
-          "[Autotuner]: Loaded 42 configs from {cache}/rank_tp0_pp0_dp0.json")
+    fi = (
+        "2026-11-29 19:00:05,123 - INFO - autotuner.py:1764 - flashinfer.jit: "
+        "[Autotuner]: Loaded 42 configs from {cache}/rank_tp0_pp0_dp0.json"
+    )
     log = server_log([0]) + "\n" + fi.format(cache=CACHE)
     assert verify_autotune_log(log, 1).tuning == "cached"
-    saved = ("2026-11-29 19:03:05,123 - INFO - autotuner.py:1673 - flashinfer.jit: "
-             f"[Autotuner]: Saved 50 configs to {CACHE}/rank_tp0_pp0_dp0.json (8 new, 42 from previous config)")
+    saved = (
+        "2026-11-29 19:03:05,123 - INFO - autotuner.py:1673 - flashinfer.jit: "
+        f"[Autotuner]: Saved 50 configs to {CACHE}/rank_tp0_pp0_dp0.json (8 new, 42 from previous config)"
+    )
     assert verify_autotune_log(log + "\n" + saved, 1).tuning == "mixed"
 
 

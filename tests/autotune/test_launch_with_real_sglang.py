@@ -26,8 +26,7 @@ def interpreter_with(sglang_root: Path, tmp_path: Path) -> str:
     tmp_path.mkdir(parents=True, exist_ok=True)
     wrapper = tmp_path / "python-with-sglang"
     wrapper.write_text(
-        "#!/bin/sh\n"
-        f'PYTHONPATH="${{PYTHONPATH:+$PYTHONPATH:}}{sglang_root.parent}" exec {sys.executable} "$@"\n'
+        f'#!/bin/sh\nPYTHONPATH="${{PYTHONPATH:+$PYTHONPATH:}}{sglang_root.parent}" exec {sys.executable} "$@"\n'
     )
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
     return str(wrapper)

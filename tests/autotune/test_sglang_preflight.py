@@ -21,12 +21,30 @@ from perfgate.server._sglang import (
 
 # The scenario's launch (GLM-5-NVFP4 on 8x RTX PRO 6000, SGLang 0.5.12 era).
 SCENARIO_ARGS = [
-    "--model-path", "lukealonso/GLM-5-NVFP4", "--tp", "8", "--quantization", "modelopt_fp4",
-    "--kv-cache-dtype", "fp8_e4m3", "--moe-runner-backend", "auto",
-    "--nsa-decode-backend", "trtllm", "--nsa-prefill-backend=flashinfer",
-    "--disable-cuda-graph", "--disable-radix-cache", "--max-running-requests", "1024",
-    "--num-continuous-decode-steps", "8", "--mem-fraction-static", "0.85",
-    "--enable-metrics", "--log-level", "info",
+    "--model-path",
+    "lukealonso/GLM-5-NVFP4",
+    "--tp",
+    "8",
+    "--quantization",
+    "modelopt_fp4",
+    "--kv-cache-dtype",
+    "fp8_e4m3",
+    "--moe-runner-backend",
+    "auto",
+    "--nsa-decode-backend",
+    "trtllm",
+    "--nsa-prefill-backend=flashinfer",
+    "--disable-cuda-graph",
+    "--disable-radix-cache",
+    "--max-running-requests",
+    "1024",
+    "--num-continuous-decode-steps",
+    "8",
+    "--mem-fraction-static",
+    "0.85",
+    "--enable-metrics",
+    "--log-level",
+    "info",
 ]
 
 
@@ -34,8 +52,10 @@ def test_the_scenario_launch_on_0_5_12(sglang_0_5_12: Path) -> None:
     known = flags_from_source(sglang_0_5_12)
     warnings = check_flags(SCENARIO_ARGS, known, "0.5.12")
     assert warnings == [
-        ("--num-continuous-decode-steps has no effect: SGLang's scheduler does not read it "
-         "(checked in 0.5.3 - 0.5.23), so any gain attributed to it is noise")
+        (
+            "--num-continuous-decode-steps has no effect: SGLang's scheduler does not read it "
+            "(checked in 0.5.3 - 0.5.23), so any gain attributed to it is noise"
+        )
     ]
     assert "--dsa-decode-backend" not in known
 
@@ -54,18 +74,32 @@ def test_the_scenario_launch_on_0_5_23_names_the_renames(sglang_0_5_23: Path) ->
     fixed += ["--enable-flashinfer-allreduce-fusion"]
     warnings = check_flags(fixed, known, "0.5.23")
     assert [w.split()[0] for w in warnings] == [
-        "--disable-cuda-graph", "--num-continuous-decode-steps", "--enable-flashinfer-allreduce-fusion",
+        "--disable-cuda-graph",
+        "--num-continuous-decode-steps",
+        "--enable-flashinfer-allreduce-fusion",
     ]
     assert "deprecated since SGLang 0.5.14" in warnings[0]
     assert "raises on SM120" in warnings[2]
 
 
 def test_flags_from_source_covers_both_generations(sglang_0_5_12: Path, sglang_0_5_23: Path) -> None:
-    unchanged = {"--tp-size", "--tensor-parallel-size", "--max-running-requests",
-                 "--moe-runner-backend", "--attention-backend", "--disable-radix-cache",
-                 "--quantization", "--kv-cache-dtype", "--mem-fraction-static",
-                 "--enable-metrics", "--log-level", "--model-path", "--port", "--host",
-                 "--disable-flashinfer-autotune"}
+    unchanged = {
+        "--tp-size",
+        "--tensor-parallel-size",
+        "--max-running-requests",
+        "--moe-runner-backend",
+        "--attention-backend",
+        "--disable-radix-cache",
+        "--quantization",
+        "--kv-cache-dtype",
+        "--mem-fraction-static",
+        "--enable-metrics",
+        "--log-level",
+        "--model-path",
+        "--port",
+        "--host",
+        "--disable-flashinfer-autotune",
+    }
     old, new = flags_from_source(sglang_0_5_12), flags_from_source(sglang_0_5_23)
     assert unchanged <= old and unchanged <= new
     # 0.5.23 declares most flags as annotated fields, aliases and cli_name included.
@@ -75,8 +109,15 @@ def test_flags_from_source_covers_both_generations(sglang_0_5_12: Path, sglang_0
 
 
 def test_abbreviations_ambiguity_and_typos() -> None:
-    known = {"--tp-size", "--tensor-parallel-size", "--disable-radix-cache",
-             "--disable-cuda-graph", "--max-running-requests", "-h", "--help"}
+    known = {
+        "--tp-size",
+        "--tensor-parallel-size",
+        "--disable-radix-cache",
+        "--disable-cuda-graph",
+        "--max-running-requests",
+        "-h",
+        "--help",
+    }
     assert check_flags(["--tp", "8", "--max-running=64", "--", "--not-a-flag"], known, "0.5.12") == []
     with pytest.raises(ServerError) as err:
         check_flags(["--disable", "--max-runing-requests", "64"], known, "0.5.12")

@@ -21,7 +21,9 @@ def fingerprint(**overrides: object) -> Fingerprint:
     return fingerprint_for(**facts)  # type: ignore[arg-type]
 
 
-def baseline(throughputs: list[float], fp: Fingerprint | None = None, workload: str = WL.name, **prov: object) -> Baseline:
+def baseline(
+    throughputs: list[float], fp: Fingerprint | None = None, workload: str = WL.name, **prov: object
+) -> Baseline:
     return Baseline(
         profile="glm5",
         workload=workload,

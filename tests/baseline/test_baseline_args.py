@@ -12,10 +12,14 @@ from perfgate.baseline import normalize_args
 def test_equivalent_command_lines_normalize_the_same() -> None:
     a = ["--tp", "8", "--mem-fraction-static", "0.90", "--disable-cuda-graph", "--port", "30000", "--host", "0.0.0.0"]
     b = ["--disable-cuda-graph=True", "--mem-fraction-static=0.9", "--tensor-parallel-size=8", "--log-level", "debug"]
-    assert normalize_args(a) == normalize_args(b) == (
-        "--disable-cuda-graph=true",
-        "--mem-fraction-static=0.9",
-        "--tp-size=8",
+    assert (
+        normalize_args(a)
+        == normalize_args(b)
+        == (
+            "--disable-cuda-graph=true",
+            "--mem-fraction-static=0.9",
+            "--tp-size=8",
+        )
     )
 
 
@@ -47,11 +51,28 @@ def test_performance_flags_are_kept() -> None:
 
 
 KNOWN_FLAGS = [
-    "--tp", "--tp-size", "--tensor-parallel-size", "--dp-size", "--ep", "--mem-fraction-static",
-    "--max-running-requests", "--chunked-prefill-size", "--cuda-graph-bs", "--disable-cuda-graph",
-    "--disable-radix-cache", "--nsa-decode-backend", "--dsa-prefill-backend", "--enable-prefix-caching",
-    "--no-enable-prefix-caching", "--attention-backend", "--port", "--host", "--log-level", "--api-key",
-    "--Moe_Runner_Backend", "-tp",
+    "--tp",
+    "--tp-size",
+    "--tensor-parallel-size",
+    "--dp-size",
+    "--ep",
+    "--mem-fraction-static",
+    "--max-running-requests",
+    "--chunked-prefill-size",
+    "--cuda-graph-bs",
+    "--disable-cuda-graph",
+    "--disable-radix-cache",
+    "--nsa-decode-backend",
+    "--dsa-prefill-backend",
+    "--enable-prefix-caching",
+    "--no-enable-prefix-caching",
+    "--attention-backend",
+    "--port",
+    "--host",
+    "--log-level",
+    "--api-key",
+    "--Moe_Runner_Backend",
+    "-tp",
 ]
 flag_names = st.sampled_from(KNOWN_FLAGS) | st.text("abcxyz-", min_size=1, max_size=8).map(lambda t: "--x" + t)
 values = st.one_of(

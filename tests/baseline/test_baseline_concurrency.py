@@ -27,11 +27,13 @@ def _writer(root: str, wid: int, errors: multiprocessing.Queue) -> None:
             # The same baselines as every other writer, racing on the same files.
             for name in SHARED:
                 store.save(baseline([value] * 3, workload=name), rules=RULES, accept_regression="concurrency test")
-    except BaseException as e:  # noqa: BLE001 - reported to the parent, which fails the test
+    except BaseException as e:
         errors.put(f"writer {wid}: {type(e).__name__}: {e}")
 
 
-def _reader(root: str, stop: multiprocessing.Event, errors: multiprocessing.Queue, reads: multiprocessing.Value) -> None:
+def _reader(
+    root: str, stop: multiprocessing.Event, errors: multiprocessing.Queue, reads: multiprocessing.Value
+) -> None:
     store = BaselineStore(root)
     count = 0
     while True:
@@ -46,7 +48,7 @@ def _reader(root: str, stop: multiprocessing.Event, errors: multiprocessing.Queu
                 errors.put(f"reader saw a partial file {path}: {e}")
         try:
             count += len(store.list_all()[0])
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             errors.put(f"reader: list_all failed: {type(e).__name__}: {e}")
         if finished:
             break

@@ -2,12 +2,11 @@ from __future__ import annotations
 
 import json
 
+from baseline_factories import WL, fingerprint
 from hypothesis import given
 from hypothesis import strategies as st
 
-from baseline_factories import WL, fingerprint
-
-from perfgate.baseline import Fingerprint, fingerprint_for
+from perfgate.baseline import Fingerprint
 from perfgate.profile import Workload
 
 # The founding deployment (8x RTX PRO 6000 at 600 W) over the factory's defaults.
@@ -23,7 +22,12 @@ def make(**overrides: object) -> Fingerprint:
 
 
 def test_fields_are_normalized() -> None:
-    fp = make(power_limit_w=599.6, driver_version="580.105.08", gpu_model="NVIDIA  RTX PRO 6000 Blackwell Server Edition", model="/models/GLM-5-NVFP4/")
+    fp = make(
+        power_limit_w=599.6,
+        driver_version="580.105.08",
+        gpu_model="NVIDIA  RTX PRO 6000 Blackwell Server Edition",
+        model="/models/GLM-5-NVFP4/",
+    )
     assert fp.power_limit_w == 600
     assert fp.driver_major == "580"
     assert fp.gpu_model == "NVIDIA RTX PRO 6000 Blackwell Server Edition"
@@ -59,9 +63,9 @@ def test_describe_difference() -> None:
     old, new = make(), make(gpu_count=4, power_limit_w=300, server_args=["--tp", "4", "--max-running-requests", "1024"])
     text = old.describe_difference(new)
     assert text == "gpu_count 8 -> 4, power_limit_w 600 -> 300, server_args --tp-size=8 -> --tp-size=4"
-    assert make().describe_difference(make(server_args=["--tp", "8", "--max-running-requests", "1024", "--disable-cuda-graph"])) == (
-        "server_args (none) -> --disable-cuda-graph=true"
-    )
+    assert make().describe_difference(
+        make(server_args=["--tp", "8", "--max-running-requests", "1024", "--disable-cuda-graph"])
+    ) == ("server_args (none) -> --disable-cuda-graph=true")
     assert old.describe_difference(old) == "nothing"
     w = make(workload=Workload(name="x", num_prompts=1024, concurrency=512, input_len=256, output_len=128))
     assert old.describe_difference(w) == "workload concurrency 1024 -> 512"
@@ -72,7 +76,9 @@ def test_describe_difference() -> None:
     st.integers(0, 16),
     st.none() | st.floats(50, 1500),
     st.from_regex(r"[0-9]{3}(\.[0-9]{1,3}){0,2}", fullmatch=True),
-    st.lists(st.sampled_from(["--tp", "8", "--disable-cuda-graph", "--mem-fraction-static=0.8", "--port", "1"]), max_size=6),
+    st.lists(
+        st.sampled_from(["--tp", "8", "--disable-cuda-graph", "--mem-fraction-static=0.8", "--port", "1"]), max_size=6
+    ),
 )
 def test_dict_round_trip(gpu: str, count: int, limit: float | None, driver: str, args: list[str]) -> None:
     fp = make(gpu_model=gpu, gpu_count=count, power_limit_w=limit, driver_version=driver, server_args=args)

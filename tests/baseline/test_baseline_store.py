@@ -79,7 +79,10 @@ def test_others_lists_other_fingerprints_and_says_what_differs(tmp_path: Path) -
     store.save(four, rules=RULES)
     (other,) = store.others("glm5", WL.name, eight.fingerprint)
     assert other == four
-    assert eight.fingerprint.describe_difference(other.fingerprint) == "gpu_count 8 -> 4, server_args --tp-size=8 -> --tp-size=4"
+    assert (
+        eight.fingerprint.describe_difference(other.fingerprint)
+        == "gpu_count 8 -> 4, server_args --tp-size=8 -> --tp-size=4"
+    )
     assert store.load("glm5", WL.name, eight.fingerprint) == eight
     assert len(store.list_all()[0]) == 2
     # This run has 4 GPUs; only the 8-GPU baseline exists: say so, and never use it.
@@ -123,7 +126,9 @@ def test_save_accepts_improvements_noise_and_floor_misses(tmp_path: Path) -> Non
 
 
 def test_save_refuses_non_finite_metrics(tmp_path: Path) -> None:
-    with pytest.raises(BaselineError, match=r"cannot be saved: repeat #2 metric 'output_throughput' must be a finite number, got nan"):
+    with pytest.raises(
+        BaselineError, match=r"cannot be saved: repeat #2 metric 'output_throughput' must be a finite number, got nan"
+    ):
         BaselineStore(tmp_path).save(baseline([1000.0, math.nan]), rules=RULES)
 
 
@@ -138,9 +143,15 @@ def _write(path: Path, text: str) -> Path:
     [
         ('{"schema_version": 1, "profile": "glm5", "workl', "not valid JSON"),
         ("[1, 2, 3]", "expected a JSON object"),
-        ('{"schema_version": 99, "profile": "glm5"}', "written by a newer perfgate (schema 99; this perfgate reads up to 1); upgrade perfgate"),
+        (
+            '{"schema_version": 99, "profile": "glm5"}',
+            "written by a newer perfgate (schema 99; this perfgate reads up to 1); upgrade perfgate",
+        ),
         ('{"schema_version": "one"}', "schema_version must be a whole number"),
-        ('{"schema_version": 1, "profile": "glm5", "workload": "w"}', "not a valid schema 1 baseline (missing key 'fingerprint')"),
+        (
+            '{"schema_version": 1, "profile": "glm5", "workload": "w"}',
+            "not a valid schema 1 baseline (missing key 'fingerprint')",
+        ),
     ],
 )
 def test_unusable_files_raise_naming_the_file_and_the_fix(tmp_path: Path, content: str, complaint: str) -> None:
@@ -150,7 +161,11 @@ def test_unusable_files_raise_naming_the_file_and_the_fix(tmp_path: Path, conten
     msg = str(err.value)
     assert str(path) in msg and complaint in msg
     # A newer perfgate's file is valid: it is never re-recorded over, only read by a newer perfgate.
-    fix = "upgrade perfgate" if "newer perfgate" in complaint else "re-record it with `pytest perf_tests --perf-update-baselines`"
+    fix = (
+        "upgrade perfgate"
+        if "newer perfgate" in complaint
+        else "re-record it with `pytest perf_tests --perf-update-baselines`"
+    )
     assert fix in msg
 
 
@@ -264,6 +279,9 @@ def test_held_lock_times_out_with_a_clear_message(tmp_path: Path, monkeypatch: p
     store = BaselineStore(tmp_path)
     (tmp_path / "glm5").mkdir()
     held = filelock.FileLock(str(tmp_path / "glm5" / f".{WL.name}.lock"))
-    with held, pytest.raises(BaselineError, match=r"could not take the lock .* another perfgate run is updating baselines"):
+    with (
+        held,
+        pytest.raises(BaselineError, match=r"could not take the lock .* another perfgate run is updating baselines"),
+    ):
         store.save(baseline([1000.0]), rules=RULES)
     assert store.load("glm5", WL.name, fingerprint()) is None

@@ -25,7 +25,9 @@ def _baseline(value: float, gpus: int = 8) -> Baseline:
         server_args=["--tp-size", str(gpus)],
         workload=W,
     )
-    return Baseline("p", W.name, fp, [{"output_throughput": value + i} for i in range(3)], provenance={"date": "2026-11-29"})
+    return Baseline(
+        "p", W.name, fp, [{"output_throughput": value + i} for i in range(3)], provenance={"date": "2026-11-29"}
+    )
 
 
 def test_list_show_diff(tmp_path, capsys):
@@ -56,7 +58,8 @@ def test_list_show_diff(tmp_path, capsys):
 def test_errors_exit_2_with_one_line(tmp_path, capsys):
     assert main(["baselines", "show", str(tmp_path / "nope.json")]) == 2
     assert capsys.readouterr().err == (
-        f"perfgate: baseline {tmp_path / 'nope.json'}: file not found; `perfgate baselines list` shows the stored ones\n"
+        f"perfgate: baseline {tmp_path / 'nope.json'}: file not found; `perfgate baselines list` shows the stored "
+        f"ones\n"
     )
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")

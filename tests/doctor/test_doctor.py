@@ -9,7 +9,6 @@ import pytest
 from perfgate.doctor import main
 from tests.fake_nvml import FakeClock, FakeGpu, FakeNvml
 
-
 RTX_PRO = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 CNS = 1  # NVML_P2P_STATUS_CHIPSET_NOT_SUPPORTED
 
@@ -38,8 +37,7 @@ def test_json_report_for_an_unpacked_0_5_12(monkeypatch, capsys, sglang_0_5_12: 
         "error": None,
         "driver": "580.95.05",
         "gpus": [
-            {"index": i, "name": RTX_PRO, "uuid": f"GPU-{i}", "compute_capability": "12.0",
-             "power_limit_w": 600.0}
+            {"index": i, "name": RTX_PRO, "uuid": f"GPU-{i}", "compute_capability": "12.0", "power_limit_w": 600.0}
             for i in range(2)
         ],
         "p2p_read": [["X", "CNS"], ["CNS", "X"]],
@@ -62,7 +60,11 @@ def test_text_report_for_an_unpacked_0_5_23(monkeypatch, capsys, sglang_0_5_23: 
     assert f"GPU0  {RTX_PRO}  sm_120  enforced power limit 300 W" in out
     assert f"GPU1  {RTX_PRO}  sm_120  enforced power limit unknown" in out
     assert "GPUs         2 (NVIDIA driver 580.95.05)" in out
-    p2p_rows = [line.split() for line in out.splitlines() if line.strip().startswith("GPU") and "sm_" not in line and "GPUs" not in line]
+    p2p_rows = [
+        line.split()
+        for line in out.splitlines()
+        if line.strip().startswith("GPU") and "sm_" not in line and "GPUs" not in line
+    ]
     assert p2p_rows == [["GPU0", "GPU1"], ["GPU0", "X", "OK"], ["GPU1", "ERR", "X"]]
     assert "autotune     native: SGLang 0.5.23 lists flashinfer_cutlass" in out
 
@@ -106,7 +108,9 @@ def test_the_installed_sglang_of_an_interpreter(monkeypatch, capsys, tmp_path: P
     assert "autotune     no-autotune: SGLang unknown has no FlashInfer autotune" in out
 
 
-def test_sglang_root_takes_a_wheel_root_a_checkout_or_the_package(monkeypatch, capsys, tmp_path: Path, sglang_0_5_12: Path) -> None:
+def test_sglang_root_takes_a_wheel_root_a_checkout_or_the_package(
+    monkeypatch, capsys, tmp_path: Path, sglang_0_5_12: Path
+) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(FakeClock(), []))
     wheel_root = sglang_0_5_12.parent
     # A source checkout keeps the package under python/ and its version in python/pyproject.toml.

@@ -22,8 +22,19 @@ def gate(profile: Path, baselines: Path, *args: str, timeout_s: float = 1200) ->
     httpx client used in-process afterwards then met httpcore exception classes it did not
     know (a bare httpcore.ConnectError escaped its mapping).
     """
-    argv = [sys.executable, "-m", "pytest", str(PERF_TESTS), "-p", "no:cacheprovider", "-rs", f"--rootdir={REPO}",
-            f"--perf-profile={profile}", f"--perf-baselines={baselines}", *args]
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(PERF_TESTS),
+        "-p",
+        "no:cacheprovider",
+        "-rs",
+        f"--rootdir={REPO}",
+        f"--perf-profile={profile}",
+        f"--perf-baselines={baselines}",
+        *args,
+    ]
     t0 = time.monotonic()
     proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout_s, check=False)
     return pytest.RunResult(proc.returncode, proc.stdout.splitlines(), proc.stderr.splitlines(), time.monotonic() - t0)

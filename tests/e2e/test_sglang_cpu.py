@@ -91,15 +91,22 @@ def release(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     build = f"`python -m perfgate.testing.sglang_env --version {version} --cache .perfgate-cache/sglang`"
     if not os.environ.get("PERFGATE_E2E_SGLANG"):
         state = "built" if env is not None else f"not built (build it with {build})"
-        pytest.skip(f"real SGLang {version} end to end runs in `tox -e e2e-sglang` or with PERFGATE_E2E_SGLANG=1 "
-                    f"(its environment under {CACHE} is {state})")
+        pytest.skip(
+            f"real SGLang {version} end to end runs in `tox -e e2e-sglang` or with PERFGATE_E2E_SGLANG=1 "
+            f"(its environment under {CACHE} is {state})"
+        )
     if env is None:
         pytest.fail(f"SGLang {version} environment not built under {CACHE}: run {build}", pytrace=False)
     if not MODEL.exists():
-        pytest.fail(f"{MODEL} is missing: `python -m perfgate.testing.tinymodel --cache .perfgate-cache/tinymodel "
-                    "--link .perfgate-cache/tiny-model` (tox -e e2e-sglang does)", pytrace=False)
+        pytest.fail(
+            f"{MODEL} is missing: `python -m perfgate.testing.tinymodel --cache .perfgate-cache/tinymodel "
+            "--link .perfgate-cache/tiny-model` (tox -e e2e-sglang does)",
+            pytrace=False,
+        )
     mark = uuid.uuid4().hex
-    rel = Release(version, env, write_profile(tmp_path_factory.mktemp(f"sglang-{version}") / "profile.toml", env, mark), mark)
+    rel = Release(
+        version, env, write_profile(tmp_path_factory.mktemp(f"sglang-{version}") / "profile.toml", env, mark), mark
+    )
     yield rel
     rel.assert_no_leftovers("the module's tests")
 
@@ -159,11 +166,18 @@ def test_record_pass_and_catch_a_slower_configuration(release: Release, tmp_path
 
     profile = release.load()
     with ExitStack() as stack:
-        slow = start_server(replace(profile.server, args=profile.server.args + SLOWER), log_dir=tmp_path / "slow", stack=stack)
+        slow = start_server(
+            replace(profile.server, args=profile.server.args + SLOWER), log_dir=tmp_path / "slow", stack=stack
+        )
         # One repeat: against a 3-repeat baseline the tolerance alone decides, which is enough for a
         # 5-8x effect, and each repeat of the slowed server takes ~20 s.
-        degraded = gate(release.profile, baselines, f"--perf-base-url={slow.base_url}", "--perf-repeats=1",
-                        f"--perf-results={tmp_path / 'results-slow'}")
+        degraded = gate(
+            release.profile,
+            baselines,
+            f"--perf-base-url={slow.base_url}",
+            "--perf-repeats=1",
+            f"--perf-results={tmp_path / 'results-slow'}",
+        )
     release.assert_no_leftovers("the slower server")
     out = degraded.stdout.str()
     assert degraded.ret == pytest.ExitCode.TESTS_FAILED, out[-3000:]
@@ -176,8 +190,11 @@ def test_record_pass_and_catch_a_slower_configuration(release: Release, tmp_path
 def test_require_autotune_fails_the_boot_where_it_cannot_run(release: Release, tmp_path: Path) -> None:
     # "force" on 0.5.12 patches whatever the release says; 0.5.23 keeps "auto" (native).
     mode = "force" if release.version == "0.5.12" else "auto"
-    profile = load_profile(write_profile(tmp_path / "p.toml", release.env, release.mark,
-                                         flashinfer_cutlass_autotune=mode, require_autotune=True))
+    profile = load_profile(
+        write_profile(
+            tmp_path / "p.toml", release.env, release.mark, flashinfer_cutlass_autotune=mode, require_autotune=True
+        )
+    )
     with pytest.raises(ServerError) as exc, ExitStack() as stack:
         start_server(profile.server, log_dir=tmp_path / "logs", stack=stack)
     release.assert_no_leftovers("the refused boot")
@@ -197,8 +214,8 @@ def test_the_patched_decision_reports_itself_inside_real_sglang(release: Release
     never reaches on CPU, called directly with the GPU capability SM120 reports."""
     if release.version != "0.5.12":
         pytest.skip("0.5.23 decides natively; perfgate installs no hook there")
-    from perfgate.server.autotune import plan_autotune
     from perfgate.server._sglang import find_sglang_root
+    from perfgate.server.autotune import plan_autotune
 
     python = str(release.env.python)
     plan = plan_autotune("auto", find_sglang_root(python))
@@ -224,7 +241,9 @@ def test_the_patched_decision_reports_itself_inside_real_sglang(release: Release
     assert [h.split(" -> ")[1].split(" in pid")[0] for h in hook[2:]] == ["True", "True", "False"], hook
 
 
-def test_a_shared_prefix_hits_sglangs_own_prefix_cache_and_random_prompts_do_not(release: Release, tmp_path: Path) -> None:
+def test_a_shared_prefix_hits_sglangs_own_prefix_cache_and_random_prompts_do_not(
+    release: Release, tmp_path: Path
+) -> None:
     """SGLang's /metrics (--enable-metrics) read by perfgate: cached / prompt tokens over each run.
     One boot, 16 requests per workload (~1 min of CI on one release)."""
     if release.version != "0.5.23":
@@ -232,14 +251,24 @@ def test_a_shared_prefix_hits_sglangs_own_prefix_cache_and_random_prompts_do_not
     from perfgate.profile import Workload
     from perfgate.session import Session, SessionOptions
 
-    common = dict(num_prompts=16, concurrency=8, output_len=8, token_id_range=(4, 2048), repeats=1)
+    common = {"num_prompts": 16, "concurrency": 8, "output_len": 8, "token_id_range": (4, 2048), "repeats": 1}
     # The warmup sends one request per group: the 4 system prompts are cached before measuring.
-    shared = Workload(name="shared", dataset="shared-prefix", num_groups=4, system_prompt_len=256, input_len=32,
-                      warmup_requests=4, seed=1, **common)
+    shared = Workload(
+        name="shared",
+        dataset="shared-prefix",
+        num_groups=4,
+        system_prompt_len=256,
+        input_len=32,
+        warmup_requests=4,
+        seed=1,
+        **common,
+    )
     rand = Workload(name="random", input_len=288, warmup_requests=4, seed=2, **common)
     profile = release.load()
-    session = Session(replace(profile, workloads=(shared, rand), sweeps=()),
-                      SessionOptions(baselines_dir=tmp_path / "baselines", log_dir=tmp_path / "logs"))
+    session = Session(
+        replace(profile, workloads=(shared, rand), sweeps=()),
+        SessionOptions(baselines_dir=tmp_path / "baselines", log_dir=tmp_path / "logs"),
+    )
     try:
         runs = {w.name: session.run(w).repeats[0] for w in (shared, rand)}
     finally:
@@ -262,8 +291,19 @@ def test_interrupting_a_session_mid_workload_leaves_no_server_process(release: R
     if release.version != "0.5.12":
         pytest.skip("the teardown path is perfgate's own; one release exercises it")
     out = tmp_path / "gate.out"
-    argv = [sys.executable, "-m", "pytest", str(PERF_TESTS), "-p", "no:cacheprovider", f"--rootdir={REPO}",
-            f"--perf-profile={release.profile}", f"--perf-baselines={tmp_path / 'baselines'}", "-k", WORKLOADS[0]]
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(PERF_TESTS),
+        "-p",
+        "no:cacheprovider",
+        f"--rootdir={REPO}",
+        f"--perf-profile={release.profile}",
+        f"--perf-baselines={tmp_path / 'baselines'}",
+        "-k",
+        WORKLOADS[0],
+    ]
     with out.open("wb") as f:
         session = subprocess.Popen(argv, cwd=REPO, stdout=f, stderr=subprocess.STDOUT)
     running: dict[int, str] = {}
@@ -299,13 +339,16 @@ def test_a_secured_server_authenticates_every_call_and_its_keys_are_written_nowh
     monkeypatch.setenv("PERFGATE_E2E_API_KEY", api_key)
     monkeypatch.setenv("PERFGATE_E2E_ADMIN_KEY", admin_key)
     profile_path = write_profile(
-        tmp_path / "secured.toml", release.env, release.mark,
+        tmp_path / "secured.toml",
+        release.env,
+        release.mark,
         # /flush_cache is an admin endpoint: with an admin key set, SGLang accepts only that one.
         workload={"flush_cache": True, "repeats": 1},
         # This session checks authentication and records, not timing: a client starved of CPU by
         # other jobs (1.5 s loop lag seen) must not make its one repeat invalid.
         gate={"client_max_lag_p99_ms": 60_000.0},
-        api_key_env="PERFGATE_E2E_API_KEY", admin_api_key_env="PERFGATE_E2E_ADMIN_KEY",
+        api_key_env="PERFGATE_E2E_API_KEY",
+        admin_api_key_env="PERFGATE_E2E_ADMIN_KEY",
     )
     profile = load_profile(profile_path)
     written = tmp_path / "written"
@@ -321,7 +364,12 @@ def test_a_secured_server_authenticates_every_call_and_its_keys_are_written_nowh
             assert plain.post("/flush_cache").status_code == 401
             user = {"Authorization": f"Bearer {api_key}"}
             assert plain.post("/flush_cache", headers=user).status_code == 401  # the admin key only
-            assert plain.post("/generate", json={"input_ids": [5, 6], "sampling_params": {"max_new_tokens": 2}}).status_code == 401
+            assert (
+                plain.post(
+                    "/generate", json={"input_ids": [5, 6], "sampling_params": {"max_new_tokens": 2}}
+                ).status_code
+                == 401
+            )
         # perfgate read its provenance with the key, and recorded it without.
         assert server.info["version"] == release.version and server.model_info["model_path"]
         assert server.info["api_key"] == server.info["admin_api_key"] == "<redacted>"
@@ -329,17 +377,26 @@ def test_a_secured_server_authenticates_every_call_and_its_keys_are_written_nowh
         assert argv[argv.index("--api-key") + 1] == argv[argv.index("--admin-api-key") + 1] == "<redacted>"
         (written / "provenance.json").write_text(json.dumps(server.provenance()))
         session = gate(
-            profile_path, written / "baselines", f"--perf-base-url={server.base_url}",
-            "--perf-update-baselines", f"--perf-results={written / 'results'}", f"--junitxml={written / 'junit.xml'}",
+            profile_path,
+            written / "baselines",
+            f"--perf-base-url={server.base_url}",
+            "--perf-update-baselines",
+            f"--perf-results={written / 'results'}",
+            f"--junitxml={written / 'junit.xml'}",
         )
         (written / "terminal.txt").write_text(session.stdout.str() + session.stderr.str())
         expect_outcomes(session, passed=6, skipped=2)
     release.assert_no_leftovers("the secured server")
     log = server.log_path.read_text()
     # Every authenticated call reached the server (uvicorn's access log, as perfgate captured it).
-    for call in ('"GET /server_info HTTP/1.1" 200', '"GET /model_info HTTP/1.1" 200', '"GET /v1/models HTTP/1.1" 200',
-                 '"POST /flush_cache?timeout=60 HTTP/1.1" 200', '"POST /generate HTTP/1.1" 200',
-                 '"POST /v1/completions HTTP/1.1" 200'):
+    for call in (
+        '"GET /server_info HTTP/1.1" 200',
+        '"GET /model_info HTTP/1.1" 200',
+        '"GET /v1/models HTTP/1.1" 200',
+        '"POST /flush_cache?timeout=60 HTTP/1.1" 200',
+        '"POST /generate HTTP/1.1" 200',
+        '"POST /v1/completions HTTP/1.1" 200',
+    ):
         assert call in log, call
     # SGLang logs its server args, keys included; perfgate's copy of the log has them redacted.
     assert "'api_key': '<redacted>'" in log

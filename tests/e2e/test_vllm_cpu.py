@@ -18,7 +18,8 @@ import pytest
 
 from perfgate.profile import load_profile
 from perfgate.server import start_server
-from tests.e2e._support import REPO, expect_outcomes, gate as run_gate
+from tests.e2e._support import REPO, expect_outcomes
+from tests.e2e._support import gate as run_gate
 
 pytest.importorskip("vllm", reason="vLLM is not installed here; run `tox -e e2e-vllm`")
 

@@ -103,7 +103,13 @@ class Gate:
         gate = _with_defaults(gate, "client_max_lag_p99_ms = 5000")
         sim_table = f"[server.sim]\n{sim}" if kind == "simulator" else ""
         text = PROFILE.format(
-            kind=kind, marker=self.marker, server=server, sim_table=sim_table, gate=gate, workload=workload, tolerance=tolerance
+            kind=kind,
+            marker=self.marker,
+            server=server,
+            sim_table=sim_table,
+            gate=gate,
+            workload=workload,
+            tolerance=tolerance,
         )
         path = self.path / f"profile-{uuid.uuid4().hex[:6]}.toml"
         path.write_text(text)
@@ -111,8 +117,16 @@ class Gate:
 
     def argv(self, *args: str, profile: Path) -> list[str]:
         return [
-            sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs", f"--rootdir={self.path}",
-            f"--perf-profile={profile}", f"--perf-baselines={self.baselines}", *args,
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-rs",
+            f"--rootdir={self.path}",
+            f"--perf-profile={profile}",
+            f"--perf-baselines={self.baselines}",
+            *args,
         ]
 
     def run(self, *args: str, profile: Path | None = None, env: dict[str, str] | None = None, **parts: str) -> Outcome:
@@ -129,7 +143,9 @@ class Gate:
         return Outcome(proc.returncode, proc.stdout + proc.stderr)
 
     def baseline_bytes(self) -> dict[str, bytes]:
-        return {str(p.relative_to(self.baselines)): p.read_bytes() for p in sorted(self.baselines.rglob("*")) if p.is_file()}
+        return {
+            str(p.relative_to(self.baselines)): p.read_bytes() for p in sorted(self.baselines.rglob("*")) if p.is_file()
+        }
 
     def assert_nothing_left(self) -> None:
         deadline = time.monotonic() + 15
@@ -195,5 +211,17 @@ def quirky_command(*flags: str) -> str:
     """A [server] command that launches the quirky server (kind = "command"); the model path,
     the run's marker, is on its command line so its process can be found."""
     # A few ms per token: a zero-latency server would saturate the client, a finding of its own.
-    parts = ["{python}", str(QUIRKY), "--host", "{host}", "--port", "{port}", "--model", "{model}", "--token-delay-s", "0.002", *flags]
+    parts = [
+        "{python}",
+        str(QUIRKY),
+        "--host",
+        "{host}",
+        "--port",
+        "{port}",
+        "--model",
+        "{model}",
+        "--token-delay-s",
+        "0.002",
+        *flags,
+    ]
     return "command = [" + ", ".join(f'"{p}"' for p in parts) + ']\nready_path = "/health"'

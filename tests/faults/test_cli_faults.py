@@ -90,7 +90,9 @@ def test_inconclusive_and_stopped_workloads_exit_2(tmp_path: Path, capsys: pytes
         (["--metric", "mean_tpott_ms"], "did you mean 'mean_tpot_ms'?"),
     ],
 )
-def test_bad_compare_options_exit_2_with_a_message(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
+def test_bad_compare_options_exit_2_with_a_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
     a = results(tmp_path / "a.json", {"c64": [1000.0] * 3})
     with pytest.raises(SystemExit) as exc:
         main(["compare", str(a), str(a), *args])
@@ -104,13 +106,25 @@ W = Workload(name="c8", num_prompts=8, concurrency=8, input_len=16, output_len=8
 
 def _store_with_one_good_and_one_bad(root: Path) -> None:
     fp = fingerprint_for(
-        gpu_model="NVIDIA H200", gpu_count=1, power_limit_w=700.0, driver_version="580.1", engine="sglang", model="/m", server_args=[], workload=W
+        gpu_model="NVIDIA H200",
+        gpu_count=1,
+        power_limit_w=700.0,
+        driver_version="580.1",
+        engine="sglang",
+        model="/m",
+        server_args=[],
+        workload=W,
     )
-    BaselineStore(root).save(Baseline("p", W.name, fp, [{"output_throughput": 1.0}] * 3), rules=[MetricRule("output_throughput", "higher", 0.05)])
+    BaselineStore(root).save(
+        Baseline("p", W.name, fp, [{"output_throughput": 1.0}] * 3),
+        rules=[MetricRule("output_throughput", "higher", 0.05)],
+    )
     (root / "p" / "c8--broken.json").write_text("{")
 
 
-def test_baselines_list_shows_the_good_files_and_names_the_bad(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_baselines_list_shows_the_good_files_and_names_the_bad(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     _store_with_one_good_and_one_bad(tmp_path)
     assert main(["baselines", "list", "--dir", str(tmp_path)]) == 2
     out, err = capsys.readouterr()

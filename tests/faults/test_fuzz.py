@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from perfgate.baseline import Baseline
-from perfgate.errors import BaselineError
 from perfgate.baseline._store import read_baseline
+from perfgate.errors import BaselineError
 from perfgate.load._backends import BACKENDS, StreamState
 
 json_values = st.recursive(
@@ -32,7 +32,19 @@ baseline_like = st.fixed_dictionaries(
         "profile": st.text(max_size=5) | json_values,
         "workload": st.text(max_size=5) | json_values,
         "fingerprint": st.dictionaries(
-            st.sampled_from(["gpu_model", "gpu_count", "power_limit_w", "driver_major", "engine", "model", "server_args", "workload", "cpu"]),
+            st.sampled_from(
+                [
+                    "gpu_model",
+                    "gpu_count",
+                    "power_limit_w",
+                    "driver_major",
+                    "engine",
+                    "model",
+                    "server_args",
+                    "workload",
+                    "cpu",
+                ]
+            ),
             json_values,
         ),
         "repeats": st.lists(st.dictionaries(st.text(max_size=6), json_values, max_size=3), max_size=3) | json_values,
@@ -64,16 +76,24 @@ chunk_like = st.fixed_dictionaries(
     {},
     optional={
         "text": json_values,
-        "meta_info": st.dictionaries(st.sampled_from(["completion_tokens", "finish_reason", "prompt_tokens"]), json_values) | json_values,
+        "meta_info": st.dictionaries(
+            st.sampled_from(["completion_tokens", "finish_reason", "prompt_tokens"]), json_values
+        )
+        | json_values,
         "error": json_values,
         "usage": st.dictionaries(st.sampled_from(["completion_tokens", "prompt_tokens"]), json_values) | json_values,
         "choices": st.lists(
-            st.dictionaries(st.sampled_from(["text", "delta", "finish_reason", "index"]), json_values) | json_values, max_size=3
+            st.dictionaries(st.sampled_from(["text", "delta", "finish_reason", "index"]), json_values) | json_values,
+            max_size=3,
         )
         | json_values,
     },
 )
-payloads = st.binary(max_size=120) | chunk_like.map(lambda d: json.dumps(d).encode()) | json_values.map(lambda v: json.dumps(v).encode())
+payloads = (
+    st.binary(max_size=120)
+    | chunk_like.map(lambda d: json.dumps(d).encode())
+    | json_values.map(lambda v: json.dumps(v).encode())
+)
 
 
 @settings(max_examples=600)

@@ -20,7 +20,11 @@ import pytest
 from tests.faults.conftest import Gate, quirky_command
 from tests.support import processes_with
 
-FAILED, INTERRUPTED, USAGE = int(pytest.ExitCode.TESTS_FAILED), int(pytest.ExitCode.INTERRUPTED), int(pytest.ExitCode.USAGE_ERROR)
+FAILED, INTERRUPTED, USAGE = (
+    int(pytest.ExitCode.TESTS_FAILED),
+    int(pytest.ExitCode.INTERRUPTED),
+    int(pytest.ExitCode.USAGE_ERROR),
+)
 WORKLOAD = "c16-in32-out16"
 
 
@@ -43,7 +47,10 @@ def no_traceback(out: str) -> None:
         ({"sim": "hang_at_startup = true", "server": "startup_timeout_s = 3"}, "server not ready after 3 s"),
         ({"server": 'args = ["--no-such-flag", "1"]'}, "exited with code 2 before"),
         # A readiness path the server does not have fails in seconds, not after startup_timeout_s.
-        ({"server": 'ready_path = "/nope"'}, "answered HTTP 404 (Not Found) on every probe: the server has no such path; set [server] ready_path"),
+        (
+            {"server": 'ready_path = "/nope"'},
+            "answered HTTP 404 (Not Found) on every probe: the server has no such path; set [server] ready_path",
+        ),
     ],
     ids=["crash", "hang", "bad-flag", "ready-path-404"],
 )
@@ -80,7 +87,9 @@ def test_gpus_held_by_another_session(gate: Gate, tmp_path, monkeypatch) -> None
     monkeypatch.setenv("PERFGATE_LOCK_DIR", str(tmp_path / "locks"))
     with ExitStack() as other_session:
         hold_gpus([0], other_session, wait_s=0)
-        outcome = gate.run(kind="command", server=quirky_command() + "\ngpus = [0]", env={"PERFGATE_LOCK_DIR": str(tmp_path / "locks")})
+        outcome = gate.run(
+            kind="command", server=quirky_command() + "\ngpus = [0]", env={"PERFGATE_LOCK_DIR": str(tmp_path / "locks")}
+        )
     assert outcome.ret == FAILED
     outcome.shown_once("GPU 0 is held by another perfgate session")
     no_traceback(outcome.out)
@@ -235,8 +244,14 @@ def test_unwritable_baselines_directory_is_refused_before_boot(gate: Gate) -> No
     [
         (["--perf-repeats", "-1"], "--perf-repeats -1: expected a whole number >= 1"),
         (["--perf-repeats", "0"], "--perf-repeats 0: expected a whole number >= 1"),
-        (["--perf-accept-regression", "why"], "--perf-accept-regression only applies when recording: add --perf-update-baselines"),
-        (["--perf-base-url", "127.0.0.1:30000"], "--perf-base-url: '127.0.0.1:30000' is not an http:// or https:// URL"),
+        (
+            ["--perf-accept-regression", "why"],
+            "--perf-accept-regression only applies when recording: add --perf-update-baselines",
+        ),
+        (
+            ["--perf-base-url", "127.0.0.1:30000"],
+            "--perf-base-url: '127.0.0.1:30000' is not an http:// or https:// URL",
+        ),
         (["--perf-lock-wait", "-5"], "--perf-lock-wait -5: expected seconds >= 0"),
     ],
     ids=["repeats-negative", "repeats-zero", "accept-without-update", "url-without-scheme", "lock-wait"],
@@ -266,7 +281,9 @@ def test_attach_to_nothing_fails_after_connect_timeout_not_startup_timeout(gate:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     t0 = time.monotonic()
-    outcome = gate.run(f"--perf-base-url=http://127.0.0.1:{port}", server="connect_timeout_s = 2\nstartup_timeout_s = 900")
+    outcome = gate.run(
+        f"--perf-base-url=http://127.0.0.1:{port}", server="connect_timeout_s = 2\nstartup_timeout_s = 900"
+    )
     assert outcome.ret == FAILED
     outcome.shown_once(f"nothing accepts connections at http://127.0.0.1:{port}/health_generate")
     assert "[server] connect_timeout_s" in outcome.out

@@ -74,7 +74,9 @@ def test_warmup_failures_within_the_allowance_are_a_note(quirky) -> None:
 
 
 def _record(index: int, start_s: float, latency_s: float, error: str = "") -> RequestRecord:
-    rec = RequestRecord(index=index, input_tokens=8, requested_output_tokens=4, start_s=start_s, latency_s=latency_s, error=error)
+    rec = RequestRecord(
+        index=index, input_tokens=8, requested_output_tokens=4, start_s=start_s, latency_s=latency_s, error=error
+    )
     if not error:
         rec.ttft_s = latency_s / 4
         rec.chunk_offsets_s = array("f", [latency_s / 4 * k for k in range(1, 5)])
@@ -84,9 +86,16 @@ def _record(index: int, start_s: float, latency_s: float, error: str = "") -> Re
 
 
 def test_failed_requests_leave_the_in_flight_count_when_they_fail() -> None:
-    client = ClientStats(cpu_s=0.1, wall_s=10.0, chunks=8, cpu_us_per_chunk=1.0, cpu_share=0.01, loop_lag_p99_ms=1.0, loop_lag_max_ms=1.0)
+    client = ClientStats(
+        cpu_s=0.1, wall_s=10.0, chunks=8, cpu_us_per_chunk=1.0, cpu_share=0.01, loop_lag_p99_ms=1.0, loop_lag_max_ms=1.0
+    )
     # Two requests fail 0.5 s in; two succeed after 10 s.
-    records = [_record(0, 100.0, 10.0), _record(1, 100.0, 10.0), _record(2, 100.0, 0.5, "HTTP 500"), _record(3, 100.0, 0.5, "HTTP 500")]
+    records = [
+        _record(0, 100.0, 10.0),
+        _record(1, 100.0, 10.0),
+        _record(2, 100.0, 0.5, "HTTP 500"),
+        _record(3, 100.0, 0.5, "HTTP 500"),
+    ]
     run = LoadRun("w", "sglang", 100.0, 110.0, records, client, 0, False)
     timeline = compute_metrics(run, target_concurrency=4).timeline
     assert timeline.in_flight[0] == 4

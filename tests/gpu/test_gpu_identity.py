@@ -39,7 +39,7 @@ def test_unknown_gpu_names_itself_and_the_gpus_that_exist(spec):
 
 
 def test_no_gpu_at_all_is_nvml_unavailable():
-    with pytest.raises(NvmlUnavailable, match="^NVML not available: NVML sees no GPU on this host$"):
+    with pytest.raises(NvmlUnavailable, match=r"^NVML not available: NVML sees no GPU on this host$"):
         resolve_gpus(FakeNvml(FakeClock(), []), [0])
 
 
@@ -57,10 +57,14 @@ def test_nvml_not_available_says_why(monkeypatch):
     with pytest.raises(NvmlUnavailable) as err:
         with nvml_session(broken):
             pass
-    assert str(err.value) == ("NVML not available: nvmlInit failed (NVML error 12); "
-                              "no NVIDIA driver or GPU on this host?")
+    assert str(err.value) == (
+        "NVML not available: nvmlInit failed (NVML error 12); no NVIDIA driver or GPU on this host?"
+    )
     assert broken.initialised == 0
     monkeypatch.setitem(sys.modules, "pynvml", None)
-    with pytest.raises(NvmlUnavailable, match=r"^NVML not available: nvidia-ml-py is not importable \(.*\); "
-                                              r"pip install nvidia-ml-py$"):
+    with pytest.raises(
+        NvmlUnavailable,
+        match=r"^NVML not available: nvidia-ml-py is not importable \(.*\); "
+        r"pip install nvidia-ml-py$",
+    ):
         load_nvml()

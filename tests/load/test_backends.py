@@ -19,7 +19,9 @@ from perfgate.load._backends import (
 # Fragments that look like the keys the fast path searches for, to be hidden inside strings.
 _TRICKY = ['"completion_tokens":7', '"finish_reason":null', '"error"', "\\", '"', "}", ",", ":", " tok", "é", "\n"]
 _texts = st.lists(st.sampled_from(_TRICKY) | st.text(max_size=4), max_size=6).map("".join)
-_finish = st.one_of(st.none(), st.just("stop"), st.builds(lambda n: {"type": "length", "length": n}, st.integers(0, 99)))
+_finish = st.one_of(
+    st.none(), st.just("stop"), st.builds(lambda n: {"type": "length", "length": n}, st.integers(0, 99))
+)
 
 
 @st.composite
@@ -30,7 +32,11 @@ def generate_chunks(draw) -> dict:
     if draw(st.booleans()):
         # Nested look-alikes: the fast path must step aside, not read them.
         meta["extra"] = {"completion_tokens": draw(st.integers(0, 9)), "finish_reason": None}
-    chunk: dict = {"text": draw(_texts), "output_ids": draw(st.lists(st.integers(0, 151551), max_size=5)), "meta_info": meta}
+    chunk: dict = {
+        "text": draw(_texts),
+        "output_ids": draw(st.lists(st.integers(0, 151551), max_size=5)),
+        "meta_info": meta,
+    }
     if draw(st.booleans()):
         chunk[draw(_texts)] = draw(_texts)
     if draw(st.integers(0, 9)) == 0:
@@ -82,7 +88,9 @@ def test_generate_stream_counts_tokens_and_keeps_the_final_reason():
 
 def test_generate_error_chunk_is_an_error_not_tokens():
     state = StreamState()
-    n = SGLangBackend("m", True, {}).feed(b'{"error": {"message": "boom", "completion_tokens": 3, "finish_reason": null}}', state)
+    n = SGLangBackend("m", True, {}).feed(
+        b'{"error": {"message": "boom", "completion_tokens": 3, "finish_reason": null}}', state
+    )
     assert n == 0 and state.error == "error chunk from server: boom"
 
 

@@ -58,7 +58,9 @@ def sim4(tmp_path_factory):
     """SGLang's --stream-interval 4: most chunks carry four tokens."""
     with ExitStack() as stack:
         # Slower steps than the other fixtures': the steady window needs several 0.1 s bins.
-        yield start_server(sim_spec(stream_interval=4, time_scale=0.05), log_dir=tmp_path_factory.mktemp("sim4"), stack=stack)
+        yield start_server(
+            sim_spec(stream_interval=4, time_scale=0.05), log_dir=tmp_path_factory.mktemp("sim4"), stack=stack
+        )
 
 
 @pytest.mark.parametrize("continuous_usage", [True, False], ids=["usage-per-chunk", "usage-at-end"])
@@ -147,9 +149,10 @@ def test_the_client_runs_on_either_event_loop_and_says_which(sim, monkeypatch, l
 
 def test_a_server_that_refuses_connections_fails_every_request_with_the_address():
     run = run_workload("http://127.0.0.1:9", replace(W, warmup_requests=0, num_prompts=3))
-    assert all(r.error.startswith("connection error: cannot connect to 127.0.0.1:9: ConnectionRefusedError") for r in run.records), [
-        r.error for r in run.records
-    ]
+    assert all(
+        r.error.startswith("connection error: cannot connect to 127.0.0.1:9: ConnectionRefusedError")
+        for r in run.records
+    ), [r.error for r in run.records]
 
 
 def test_an_unknown_event_loop_is_refused_with_the_choices(monkeypatch):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 from dataclasses import replace
@@ -70,8 +71,14 @@ def test_histogram_lengths_follow_the_bins():
     assert lengths.count(10) / len(lengths) == pytest.approx(0.75, abs=0.04)
 
 
-@given(n=st.integers(1, 5000), stddev=st.floats(0.1, 5000), lo=st.integers(1, 50), span=st.integers(0, 5000),
-       seed=st.integers(0, 2**32), kind=st.sampled_from(["normal", "lognormal"]))
+@given(
+    n=st.integers(1, 5000),
+    stddev=st.floats(0.1, 5000),
+    lo=st.integers(1, 50),
+    span=st.integers(0, 5000),
+    seed=st.integers(0, 2**32),
+    kind=st.sampled_from(["normal", "lognormal"]),
+)
 def test_drawn_lengths_always_lie_within_the_bounds(n, stddev, lo, span, seed, kind):
     import random
 
@@ -86,26 +93,33 @@ def test_text_to_ids_is_stable_and_counts_pre_tokens():
     assert ids == text_to_ids(text) and len(ids) == 12
     assert all(1000 <= i < 30000 for i in ids)
     # A shared beginning is a shared prefix of ids.
-    assert text_to_ids("You are a helpful assistant. Say hi")[:6] == text_to_ids("You are a helpful assistant. Say bye")[:6]
+    assert (
+        text_to_ids("You are a helpful assistant. Say hi")[:6]
+        == text_to_ids("You are a helpful assistant. Say bye")[:6]
+    )
 
 
 def test_sharegpt_applies_bench_servings_filters(tmp_path):
     long = " ".join(["word"] * 50)
-    path = sharegpt_file(tmp_path, [
-        conv("What is a radix tree, please?", "A tree of prefixes, compressed."),
-        conv("hi", "Too short a prompt is dropped: one token."),
-        conv("A fine prompt here", "x"),  # one-token answer: dropped
-        {"id": "one-turn", "conversations": [{"from": "human", "value": "alone"}]},
-        conv(long, long, key="conversation"),
-        conv("Another good question to ask?", "And a good answer to it."),
-    ])
+    path = sharegpt_file(
+        tmp_path,
+        [
+            conv("What is a radix tree, please?", "A tree of prefixes, compressed."),
+            conv("hi", "Too short a prompt is dropped: one token."),
+            conv("A fine prompt here", "x"),  # one-token answer: dropped
+            {"id": "one-turn", "conversations": [{"from": "human", "value": "alone"}]},
+            conv(long, long, key="conversation"),
+            conv("Another good question to ask?", "And a good answer to it."),
+        ],
+    )
     w = replace(W, dataset="sharegpt", dataset_path=str(path), input_len=None, output_len=None, num_prompts=3)
     reqs = make_requests(w, 3)
     assert {r.prompt_text for r in reqs} == {"What is a radix tree, please?", long, "Another good question to ask?"}
     for r in reqs:
         assert list(r.input_ids) == text_to_ids(r.prompt_text) and r.text() == r.prompt_text
-    assert sorted(r.output_len for r in reqs) == sorted([len(text_to_ids("A tree of prefixes, compressed.")), 50,
-                                                         len(text_to_ids("And a good answer to it."))])
+    assert sorted(r.output_len for r in reqs) == sorted(
+        [len(text_to_ids("A tree of prefixes, compressed.")), 50, len(text_to_ids("And a good answer to it."))]
+    )
     # context_len drops the long one; a fixed output_len overrides every answer's length.
     short = make_requests(replace(w, context_len=60, num_prompts=2), 2)
     assert long not in {r.prompt_text for r in short}
@@ -116,7 +130,9 @@ def test_sharegpt_applies_bench_servings_filters(tmp_path):
 
 def test_sharegpt_identity_is_the_files_content_not_its_path(tmp_path):
     data = [conv("What is a radix tree?", "A tree of prefixes.")]
-    a = replace(W, dataset="sharegpt", dataset_path=str(sharegpt_file(tmp_path, data, "a.json")), input_len=None, num_prompts=1)
+    a = replace(
+        W, dataset="sharegpt", dataset_path=str(sharegpt_file(tmp_path, data, "a.json")), input_len=None, num_prompts=1
+    )
     b = replace(a, dataset_path=str(sharegpt_file(tmp_path, data, "b.json")))
     assert dataset_identity(a) == dataset_identity(b) and len(dataset_identity(a)["dataset_sha256"]) == 16
     c = replace(a, dataset_path=str(sharegpt_file(tmp_path, data + data, "c.json")))
@@ -124,12 +140,15 @@ def test_sharegpt_identity_is_the_files_content_not_its_path(tmp_path):
     assert dataset_identity(W) == {}
 
 
-@pytest.mark.parametrize("content, fragment", [
-    (None, "No such file or directory; point dataset_path at a local ShareGPT JSON file (nothing is downloaded)"),
-    ("{not json", "not valid JSON"),
-    ('{"conversations": []}', "expected a JSON list of conversations (ShareGPT's format), got a dict"),
-    ("[]", "has 0 usable conversations (of 0 with two turns"),
-])
+@pytest.mark.parametrize(
+    "content, fragment",
+    [
+        (None, "No such file or directory; point dataset_path at a local ShareGPT JSON file (nothing is downloaded)"),
+        ("{not json", "not valid JSON"),
+        ('{"conversations": []}', "expected a JSON list of conversations (ShareGPT's format), got a dict"),
+        ("[]", "has 0 usable conversations (of 0 with two turns"),
+    ],
+)
 def test_unusable_sharegpt_files_are_named_before_anything_runs(tmp_path, content, fragment):
     path = tmp_path / "data.json"
     if content is not None:
@@ -165,7 +184,7 @@ def test_multi_turn_sessions_resend_their_history(turns, count, in_len, out_len,
     assert len(reqs) == count
     # Session by session, turn by turn; the last session is cut short when count is not a multiple.
     assert [(r.session, r.turn) for r in reqs] == [(i // turns, i % turns) for i in range(count)]
-    for prev, r in zip(reqs, reqs[1:]):
+    for prev, r in itertools.pairwise(reqs):
         if r.turn == 0:
             continue
         # Turn k: turn k-1's prompt, a reply of its output length, a new user message.

@@ -17,8 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from perfgate.errors import LoadError
-from perfgate.load import run_workload
-from perfgate.load import _sizing
+from perfgate.load import _sizing, run_workload
 from perfgate.load._backends import SGLangBackend
 from perfgate.load._plan import LoadPlan
 from perfgate.load._selfcheck import ClientLimits
@@ -27,7 +26,9 @@ from perfgate.profile import Workload
 from perfgate.server import start_server
 from tests.support import sim_spec
 
-W = Workload(name="w", num_prompts=64, concurrency=64, input_len=8, output_len=16, warmup_requests=4, client_processes="auto")
+W = Workload(
+    name="w", num_prompts=64, concurrency=64, input_len=8, output_len=16, warmup_requests=4, client_processes="auto"
+)
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
@@ -116,7 +117,10 @@ def test_auto_runs_the_processes_it_chose_and_the_results_say_why(sim):
     assert [r.index for r in run.records] == list(range(W.num_prompts))
     assert all(r.ok and r.output_tokens == W.output_len for r in run.records), [r.error for r in run.records][:3]
     assert run.client.sizing.startswith('client_processes = "auto": the warmup cost ')
-    assert f"{run.client.processes} on this host" in run.client.sizing or f": {run.client.processes} process(es)" in run.client.sizing
+    assert (
+        f"{run.client.processes} on this host" in run.client.sizing
+        or f": {run.client.processes} process(es)" in run.client.sizing
+    )
     assert (run.client.processes > 1) == ("client sharded over" in " ".join(run.notes))
 
 
@@ -124,7 +128,10 @@ def test_the_ports_check_names_the_range_and_the_fix(tmp_path, monkeypatch):
     ports = tmp_path / "ip_local_port_range"
     ports.write_text("40000\t40099\n")
     monkeypatch.setattr(_sizing, "PORT_RANGE", ports)
-    with pytest.raises(LoadError, match=r"workload w: 128 concurrent streams need as many connections to .* 40000-40099\) has 100: widen it"):
+    with pytest.raises(
+        LoadError,
+        match=r"workload w: 128 concurrent streams need as many connections to .* 40000-40099\) has 100: widen it",
+    ):
         run_workload("http://127.0.0.1:9", replace(W, concurrency=128))
 
 
@@ -145,8 +152,9 @@ _LIMITED = """
         except LoadError as e:
             print(json.dumps({"error": str(e)}))
         else:
-            print(json.dumps({"ok": sum(r.ok for r in run.records), "notes": run.notes, "processes": run.client.processes,
-                              "soft": resource.getrlimit(resource.RLIMIT_NOFILE)[0]}))
+            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            ok = sum(r.ok for r in run.records)
+            print(json.dumps({"ok": ok, "notes": run.notes, "processes": run.client.processes, "soft": soft}))
 """
 
 
@@ -155,7 +163,10 @@ def _limited(tmp_path: Path, url: str, soft: int, hard: int, processes: str) -> 
     script.write_text(textwrap.dedent(_LIMITED))
     proc = subprocess.run(
         [sys.executable, str(script), url, str(soft), str(hard), processes],
-        capture_output=True, text=True, timeout=300, env={"PYTHONPATH": SRC, "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHONPATH": SRC, "PATH": "/usr/bin:/bin"},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -164,7 +175,9 @@ def _limited(tmp_path: Path, url: str, soft: int, hard: int, processes: str) -> 
 def test_a_low_soft_open_file_limit_is_raised_for_the_streams(sim, tmp_path):
     got = _limited(tmp_path, sim.base_url, 128, 4096, "1")
     assert got["ok"] == 300 and got["processes"] == 1 and got["soft"] > 300
-    assert any(n.startswith("raised the open-file limit (RLIMIT_NOFILE) from 128 to ") for n in got["notes"]), got["notes"]
+    assert any(n.startswith("raised the open-file limit (RLIMIT_NOFILE) from 128 to ") for n in got["notes"]), got[
+        "notes"
+    ]
 
 
 def test_a_hard_open_file_limit_below_the_need_fails_before_the_run_with_the_fix(sim, tmp_path):

@@ -15,8 +15,8 @@ def test_goodput_counts_successful_requests_meeting_every_target_per_second():
     records = [
         rec(0, 100.0, [0.1, 0.2, 0.3], [1, 1, 1]),  # TTFT 100 ms, TPOT 100 ms, E2E 300 ms: good
         rec(1, 100.0, [0.5, 0.6, 0.7], [1, 1, 1]),  # TTFT 500 ms: misses ttft
-        rec(2, 100.0, [0.1, 0.9], [1, 2]),          # TPOT 400 ms: misses tpot
-        rec(3, 100.0, [0.2], [1]),                  # one token: TPOT counts as 0, good
+        rec(2, 100.0, [0.1, 0.9], [1, 2]),  # TPOT 400 ms: misses tpot
+        rec(3, 100.0, [0.2], [1]),  # one token: TPOT counts as 0, good
         rec(4, 100.0, [0.1], [1], error="HTTP 500 from /generate: boom"),  # failed: meets nothing
     ]
     m = compute_metrics(run(records, end=104.0), target_concurrency=5, slo=Slo(ttft_ms=300, tpot_ms=200)).values
@@ -36,7 +36,11 @@ def test_targets_are_inclusive_and_no_slo_means_no_goodput():
 
 def test_within_slo_reads_the_chosen_statistic_of_each_target():
     slo = Slo(ttft_ms=100, tpot_ms=20, e2e_ms=900)
-    assert slo_metric_names(slo, "p90") == {"ttft_ms": "p90_ttft_ms", "tpot_ms": "p90_tpot_ms", "e2e_ms": "p90_e2e_latency_ms"}
+    assert slo_metric_names(slo, "p90") == {
+        "ttft_ms": "p90_ttft_ms",
+        "tpot_ms": "p90_tpot_ms",
+        "e2e_ms": "p90_e2e_latency_ms",
+    }
     values = {"p90_ttft_ms": 100.0, "p90_tpot_ms": 19.0, "p90_e2e_latency_ms": 850.0, "p99_ttft_ms": 140.0}
     assert within_slo(values, slo, "p90") is True
     assert within_slo({**values, "p90_tpot_ms": 20.5}, slo, "p90") is False
@@ -88,7 +92,9 @@ def _capacity_failure(capacities, baseline):
 def test_the_capacity_check_fails_on_a_drop_on_nothing_measured_and_skips_without_a_baseline():
     base = [{"capacity": 32.0}] * 3
     assert _capacity_failure([32.0, 32.0, 32.0], base) is None
-    assert _capacity_failure([16.0, 16.0, 16.0], base).startswith("cap: capacity 16.00 < limit 30.40 (baseline 32.00, -50.0%")
+    assert _capacity_failure([16.0, 16.0, 16.0], base).startswith(
+        "cap: capacity 16.00 < limit 30.40 (baseline 32.00, -50.0%"
+    )
     # A compare of nothing never passes: no capacity measured fails, no baseline skips and says so.
     assert _capacity_failure([], base).startswith("cap: no capacity was measured")
     assert _capacity_failure([32.0] * 3, None).startswith("skipped: cap: no baseline for this fingerprint")

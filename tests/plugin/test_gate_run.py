@@ -56,8 +56,14 @@ pytest_plugins = ["pytester"]
 WORKLOAD = "c16-in32-out16"
 GATED = ("mean_tpot_ms", "output_throughput", "p99_tpot_ms", "total_throughput")
 # Measured and shown in every summary, not gated by this profile.
-INFO = ("mean_ttft_ms", "concurrency", "steady_output_throughput", "server_cache_hit_rate", "gpu_power_mean_w",
-        "output_tokens_per_j")
+INFO = (
+    "mean_ttft_ms",
+    "concurrency",
+    "steady_output_throughput",
+    "server_cache_hit_rate",
+    "gpu_power_mean_w",
+    "output_tokens_per_j",
+)
 
 
 def summary_verdicts(out: str) -> dict[tuple[str, str], str]:
@@ -65,7 +71,7 @@ def summary_verdicts(out: str) -> dict[tuple[str, str], str]:
 
     Columns are separated by two or more spaces (values such as "2,010.9 tok/s" hold one).
     """
-    lines = out[out.index("perfgate summary"):].splitlines()
+    lines = out[out.index("perfgate summary") :].splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("workload ")) + 2
     verdicts: dict[tuple[str, str], str] = {}
     for line in lines[start:]:
@@ -87,7 +93,13 @@ def gate(pytester: pytest.Pytester, tmp_path: Path):
         for k, v in (env or {}).items():
             pytester._monkeypatch.setenv(k, v)
         return pytester.runpytest_subprocess(
-            "-p", "no:cacheprovider", "-rs", f"--perf-profile={profile}", f"--perf-baselines={baselines}", *args, timeout=240
+            "-p",
+            "no:cacheprovider",
+            "-rs",
+            f"--perf-profile={profile}",
+            f"--perf-baselines={baselines}",
+            *args,
+            timeout=240,
         )
 
     run.baselines = baselines
@@ -104,7 +116,7 @@ def test_first_run_has_no_baseline_and_says_how_to_record_one(gate, tmp_path):
     out = result.stdout.str()
     assert summary_verdicts(out) == {
         **{(WORKLOAD, m): "no-baseline" for m in GATED},
-        **{(WORKLOAD, m): "info" for m in INFO + ("gpu_power_min_w",)},
+        **{(WORKLOAD, m): "info" for m in (*INFO, "gpu_power_min_w")},
     }
     assert "not gated: record one with `pytest perf_tests --perf-update-baselines`" in out
 
@@ -125,24 +137,34 @@ def test_record_then_pass_then_catch_a_slowdown(gate):
     same.assert_outcomes(passed=3, skipped=2)
     assert summary_verdicts(same.stdout.str()) == {
         **{(WORKLOAD, m): "PASS" for m in GATED},
-        **{(WORKLOAD, m): "info" for m in INFO + ("gpu_power_min_w",)},
+        **{(WORKLOAD, m): "info" for m in (*INFO, "gpu_power_min_w")},
     }
 
     slow = gate(env={"PERFGATE_SIM_SLOWDOWN": "2.0"})
     slow.assert_outcomes(passed=1, failed=2, skipped=2)
     out = slow.stdout.str()
     number = r"[\d,]+\.?\d*"
-    assert re.search(rf"c16-in32-out16: output_throughput {number} tok/s < limit {number} tok/s "
-                     rf"\(baseline {number}, -[\d.]+%, tolerance 25%, Mann-Whitney p=0.05\)", out)
-    assert re.search(rf"c16-in32-out16: mean_tpot_ms {number} ms > limit {number} ms "
-                     rf"\(baseline {number}, \+[\d.]+%, tolerance 25%, Mann-Whitney p=0.05\)", out)
+    assert re.search(
+        rf"c16-in32-out16: output_throughput {number} tok/s < limit {number} tok/s "
+        rf"\(baseline {number}, -[\d.]+%, tolerance 25%, Mann-Whitney p=0.05\)",
+        out,
+    )
+    assert re.search(
+        rf"c16-in32-out16: mean_tpot_ms {number} ms > limit {number} ms "
+        rf"\(baseline {number}, \+[\d.]+%, tolerance 25%, Mann-Whitney p=0.05\)",
+        out,
+    )
     verdicts = summary_verdicts(out)
     assert verdicts[(WORKLOAD, "output_throughput")] == verdicts[(WORKLOAD, "mean_tpot_ms")] == "FAIL"
 
     refused = gate("--perf-update-baselines", env={"PERFGATE_SIM_SLOWDOWN": "2.0"})
     assert refused.ret != 0
     assert "refusing to replace the stored baseline with worse numbers" in refused.stdout.str()
-    accepted = gate("--perf-update-baselines", "--perf-accept-regression=moved to a slower GPU", env={"PERFGATE_SIM_SLOWDOWN": "2.0"})
+    accepted = gate(
+        "--perf-update-baselines",
+        "--perf-accept-regression=moved to a slower GPU",
+        env={"PERFGATE_SIM_SLOWDOWN": "2.0"},
+    )
     accepted.assert_outcomes(passed=3, skipped=2)
     doc = json.loads(files[0].read_text())
     assert doc["provenance"]["accepted_regression"]["reason"] == "moved to a slower GPU"
@@ -158,16 +180,24 @@ def test_absolute_floor_fails_without_any_baseline(gate):
     # named, with the window its power was measured over. A run too short for a steady window
     # measures over the whole measured phase instead.
     host = re.escape(socket.gethostname())
-    assert re.search(rf"weakest: GPU {host}:1 \(…[0-9a-f]{{8}}\) NVIDIA RTX PRO 6000 Blackwell Server Edition, "
-                     r"[\d.]+ W, over the [\d.]+ s (steady window|whole measured phase)\n", out), out
+    assert re.search(
+        rf"weakest: GPU {host}:1 \(…[0-9a-f]{{8}}\) NVIDIA RTX PRO 6000 Blackwell Server Edition, "
+        r"[\d.]+ W, over the [\d.]+ s (steady window|whole measured phase)\n",
+        out,
+    ), out
 
 
 def test_bad_profile_stops_before_anything_boots(gate, pytester):
     profile = pytester.path / "bad.toml"
-    profile.write_text('[server]\nkind = "simulator"\n[[workload]]\nnum_prompts = 1\nconcurrency = 0\ninput_len = 1\noutput_len = 1\n')
+    profile.write_text(
+        '[server]\nkind = "simulator"\n[[workload]]\nnum_prompts = 1\nconcurrency = 0\ninput_len = 1\noutput_len = 1\n'
+    )
     result = pytester.runpytest_subprocess(f"--perf-profile={profile}")
     assert result.ret == pytest.ExitCode.INTERRUPTED
-    assert f"perfgate: profile {profile}: [[workload]] #1 key 'concurrency': expected an integer >= 1, or a list of them in increasing order (a capacity sweep), got 0" in result.stdout.str()
+    assert (
+        f"perfgate: profile {profile}: [[workload]] #1 key 'concurrency': expected an integer >= 1, or a list of "
+        "them in increasing order (a capacity sweep), got 0" in result.stdout.str()
+    )
     out = result.stderr.str() + result.stdout.str()
     assert "Traceback" not in out and "perfgate summary" not in out
 
@@ -177,7 +207,10 @@ def test_bad_profile_stops_before_anything_boots(gate, pytester):
     [
         ("floors = { goodness = 3 }", "[gate].floors: metric 'goodness' is not one perfgate measures"),
         # A misspelling with a known suffix would otherwise be gated, never measured, and pass.
-        ("ceilings = { mean_tpott_ms = 3 }", "[gate].ceilings: metric 'mean_tpott_ms' is not one perfgate measures; did you mean 'mean_tpot_ms'?"),
+        (
+            "ceilings = { mean_tpott_ms = 3 }",
+            "[gate].ceilings: metric 'mean_tpott_ms' is not one perfgate measures; did you mean 'mean_tpot_ms'?",
+        ),
     ],
 )
 def test_unknown_metric_stops_before_anything_boots(gate, gate_extra, complaint):
@@ -211,11 +244,19 @@ def test_ctrl_c_mid_run_stops_the_server_and_leaves_nothing(pytester, tmp_path):
     profile.write_text(
         PROFILE.format(sim_extra="", gate_extra="")
         .replace("time_scale = 0.1", "time_scale = 1.0")
-        .replace('startup_timeout_s = 30', f'startup_timeout_s = 30\nmodel_path = "{marker}"')
+        .replace("startup_timeout_s = 30", f'startup_timeout_s = 30\nmodel_path = "{marker}"')
         .replace("output_len = 16", "output_len = 2000")
     )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--perf-profile={profile}", f"--perf-baselines={tmp_path}"],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            f"--perf-profile={profile}",
+            f"--perf-baselines={tmp_path}",
+        ],
         cwd=pytester.path,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -251,8 +292,11 @@ def test_results_files_and_compare_exit_code(gate, tmp_path, monkeypatch):
     assert len(rep["requests"]) == 32 and rep["requests"][0]["chunk_offsets_s"]
     assert rep["timeline"]["in_flight"] and rep["telemetry"]["window"]["gpus"]
     summary = (fast / "summary.md").read_text()
-    assert re.search(r"^\| c16-in32-out16 \| output_throughput \| [\d,.]+ tok/s \| - \| - \| - \| no-baseline \|$",
-                     summary, re.MULTILINE)
+    assert re.search(
+        r"^\| c16-in32-out16 \| output_throughput \| [\d,.]+ tok/s \| - \| - \| - \| no-baseline \|$",
+        summary,
+        re.MULTILINE,
+    )
     # With matplotlib (the plots extra, installed for tests) each workload gets a PNG.
     png = fast / "c16-in32-out16.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
@@ -274,7 +318,9 @@ def test_repeats_are_pytest_benchmark_rounds(gate, tmp_path):
     assert len(info["repeats"]) == 3
     assert all(r["output_throughput"] > 0 and r["mean_tpot_ms"] >= 0 and "mean_ttft_ms" in r for r in info["repeats"])
     assert info["medians"]["output_throughput"] == sorted(r["output_throughput"] for r in info["repeats"])[1]
-    assert info["verdicts"] == {m: "no-baseline" for m in ("mean_tpot_ms", "output_throughput", "p99_tpot_ms", "total_throughput")}
+    assert info["verdicts"] == dict.fromkeys(
+        ("mean_tpot_ms", "output_throughput", "p99_tpot_ms", "total_throughput"), "no-baseline"
+    )
     # pytest-benchmark's own table (wall seconds per repeat) is left out; perfgate's summary is the table.
     out_text = result.stdout.str()
     assert "perfgate summary" in out_text and "benchmark: 1 tests" not in out_text and "Min" not in out_text

@@ -93,7 +93,13 @@ def gate(pytester: pytest.Pytester, tmp_path: Path):
         for k, v in (env or {}).items():
             pytester._monkeypatch.setenv(k, v)
         return pytester.runpytest_subprocess(
-            "-p", "no:cacheprovider", "-rs", f"--perf-profile={profile}", f"--perf-baselines={baselines}", *args, timeout=400
+            "-p",
+            "no:cacheprovider",
+            "-rs",
+            f"--perf-profile={profile}",
+            f"--perf-baselines={baselines}",
+            *args,
+            timeout=400,
         )
 
     return run
@@ -123,10 +129,16 @@ def test_shared_prefix_hits_the_cache_and_the_gate_catches_the_cache_turned_off(
     off = gate(SHARED_PREFIX, env={"PERFGATE_SIM_DISABLE_RADIX_CACHE": "1"})
     out = off.stdout.str()
     number = r"[\d,.e-]+"
-    assert re.search(rf"chat: server_cache_hit_rate {number} < limit {number} \(baseline {number}, -100.0%, "
-                     rf"tolerance 10%, Mann-Whitney p=0.05\)", out), out
-    assert re.search(rf"chat: mean_ttft_ms {number} ms > limit {number} ms \(baseline {number}, \+[\d.]+%, "
-                     rf"tolerance 50%, Mann-Whitney p=0.05\)", out), out
+    assert re.search(
+        rf"chat: server_cache_hit_rate {number} < limit {number} \(baseline {number}, -100.0%, "
+        rf"tolerance 10%, Mann-Whitney p=0.05\)",
+        out,
+    ), out
+    assert re.search(
+        rf"chat: mean_ttft_ms {number} ms > limit {number} ms \(baseline {number}, \+[\d.]+%, "
+        rf"tolerance 50%, Mann-Whitney p=0.05\)",
+        out,
+    ), out
     verdicts = summary_verdicts(out)
     assert verdicts[("chat", "server_cache_hit_rate")] == verdicts[("chat", "mean_ttft_ms")] == "FAIL"
     assert "FAIL" not in {v for (w, _), v in verdicts.items() if w == "random"}
@@ -151,7 +163,10 @@ def test_a_sweep_finds_its_capacity_and_the_gate_catches_a_slowdown_through_it(g
 
     slow = gate(SWEEP, env={"PERFGATE_SIM_SLOWDOWN": "1.5"}, sim=STEEP)
     out = slow.stdout.str()
-    assert re.search(r"cap: capacity (16|0)(\.00)? < limit 30\.40 \(baseline 32\.00, -[\d.]+%, tolerance 5%, "
-                     r"Mann-Whitney p=0.05\) \(concurrency, p90 latency within tpot 15\.00 ms\)", out), out
+    assert re.search(
+        r"cap: capacity (16|0)(\.00)? < limit 30\.40 \(baseline 32\.00, -[\d.]+%, tolerance 5%, "
+        r"Mann-Whitney p=0.05\) \(concurrency, p90 latency within tpot 15\.00 ms\)",
+        out,
+    ), out
     assert re.search(r"c64: p90_tpot_ms [\d.]+ ms \(SLO 15\.00 ms\); within the SLO in 0 of 3 repeats", out), out
     assert summary_verdicts(out)[("cap", "capacity (concurrency, p90)")] == "FAIL"

@@ -40,13 +40,16 @@ def test_minimal_profile_gets_defaults_and_readable_id():
 
 def test_client_processes_default_to_one_and_accept_up_to_concurrency():
     assert parse(MINIMAL).workloads[0].client_processes == 1
-    assert parse(MINIMAL.replace("output_len = 8", "output_len = 8\nclient_processes = 4")).workloads[0].client_processes == 4
+    assert (
+        parse(MINIMAL.replace("output_len = 8", "output_len = 8\nclient_processes = 4")).workloads[0].client_processes
+        == 4
+    )
     auto = parse(MINIMAL.replace("output_len = 8", 'output_len = 8\nclient_processes = "auto"'))
     assert auto.workloads[0].client_processes == "auto"
 
 
 def test_finite_rate_is_part_of_the_id():
-    p = parse(MINIMAL.replace("output_len = 8", 'output_len = 8\nrequest_rate = 12.5'))
+    p = parse(MINIMAL.replace("output_len = 8", "output_len = 8\nrequest_rate = 12.5"))
     assert p.workloads[0].name == "c4-in32-out8-r12.5"
 
 
@@ -66,9 +69,18 @@ def test_finite_rate_is_part_of_the_id():
         (("output_len = 8", ""), ["'output_len'", "missing"]),
         (("output_len = 8", "output_len = 8\n[gate]\nalpha = 2"), ["[gate]", "'alpha'", "between 0 and 1"]),
         (("kind", "= broken"), ["not valid TOML"]),
-        (("output_len = 8", "output_len = 8\nclient_processes = 0"), ["'client_processes'", 'integer >= 1 or "auto"', "got 0"]),
-        (("output_len = 8", 'output_len = 8\nclient_processes = "many"'), ["'client_processes'", 'or "auto"', "got 'many'"]),
-        (("output_len = 8", "output_len = 8\nclient_processes = 5"), ["'client_processes'", "concurrency = 4", "at most 4"]),
+        (
+            ("output_len = 8", "output_len = 8\nclient_processes = 0"),
+            ["'client_processes'", 'integer >= 1 or "auto"', "got 0"],
+        ),
+        (
+            ("output_len = 8", 'output_len = 8\nclient_processes = "many"'),
+            ["'client_processes'", 'or "auto"', "got 'many'"],
+        ),
+        (
+            ("output_len = 8", "output_len = 8\nclient_processes = 5"),
+            ["'client_processes'", "concurrency = 4", "at most 4"],
+        ),
     ],
 )
 def test_bad_profiles_name_file_key_and_expectation(mutation, fragments):
@@ -82,7 +94,7 @@ def test_bad_profiles_name_file_key_and_expectation(mutation, fragments):
 
 
 def test_duplicate_workload_names_are_rejected():
-    text = MINIMAL + MINIMAL.split("[server]\nkind = \"simulator\"\n", 1)[1]
+    text = MINIMAL + MINIMAL.split('[server]\nkind = "simulator"\n', 1)[1]
     with pytest.raises(ProfileError, match="appears more than once"):
         parse(text)
 
@@ -93,7 +105,7 @@ def test_missing_file_says_what_to_do(tmp_path):
 
 
 def test_workload_tolerance_merges_over_gate_defaults():
-    p = parse(MINIMAL + '\n[gate]\ntolerance = { mean_tpot_ms = 0.2 }\n')
+    p = parse(MINIMAL + "\n[gate]\ntolerance = { mean_tpot_ms = 0.2 }\n")
     assert p.gate.tolerance["mean_tpot_ms"] == 0.2
     assert "output_throughput" in p.gate.tolerance
 
@@ -106,7 +118,9 @@ def test_shipped_profiles_are_valid(path):
 
 @given(concurrency=st.integers(min_value=-5, max_value=5000), prompts=st.integers(min_value=-5, max_value=5000))
 def test_integer_keys_accept_exactly_the_valid_range(concurrency, prompts):
-    text = MINIMAL.replace("concurrency = 4", f"concurrency = {concurrency}").replace("num_prompts = 16", f"num_prompts = {prompts}")
+    text = MINIMAL.replace("concurrency = 4", f"concurrency = {concurrency}").replace(
+        "num_prompts = 16", f"num_prompts = {prompts}"
+    )
     if concurrency >= 1 and prompts >= 1:
         w = parse(text).workloads[0]
         assert (w.concurrency, w.num_prompts) == (concurrency, prompts)

@@ -95,15 +95,20 @@ def test_declared_checks_convert_and_refuse_with_todays_messages():
             parse(SIM.format(sim="").replace('kind = "simulator"', f'kind = "simulator"\nport = {value}'))
 
 
-@pytest.mark.parametrize("line, tail", [
-    ("alpha = 0", "expected a number > 0, got 0"),
-    ("alpha = 1.0", "expected a number between 0 and 1 (exclusive), got 1.0"),
-    ("repeats = true", "expected an integer >= 1, got True"),
-    ("tolerance = { mean_tpot_ms = -0.1 }", "expected a table of metric = number; 'mean_tpot_ms' must be a number >= 0, "
-                                            "got {'mean_tpot_ms': -0.1}"),
-    ("client_max_cpu_share = 1e999", "expected a number > 0, got inf"),
-    ("repeats = 3\nrepeat = 3", "key 'repeat': unknown key; did you mean 'repeats'?"),
-])
+@pytest.mark.parametrize(
+    "line, tail",
+    [
+        ("alpha = 0", "expected a number > 0, got 0"),
+        ("alpha = 1.0", "expected a number between 0 and 1 (exclusive), got 1.0"),
+        ("repeats = true", "expected an integer >= 1, got True"),
+        (
+            "tolerance = { mean_tpot_ms = -0.1 }",
+            "expected a table of metric = number; 'mean_tpot_ms' must be a number >= 0, got {'mean_tpot_ms': -0.1}",
+        ),
+        ("client_max_cpu_share = 1e999", "expected a number > 0, got inf"),
+        ("repeats = 3\nrepeat = 3", "key 'repeat': unknown key; did you mean 'repeats'?"),
+    ],
+)
 def test_gate_keys(line, tail):
     with pytest.raises(ProfileError) as err:
         parse(SIM.format(sim="") + f"\n[gate]\n{line}\n")
@@ -122,7 +127,13 @@ def test_huge_integer_is_a_profile_error_not_an_overflow():
 
 def test_simulator_options_are_accepted_as_the_launcher_passes_them():
     p = parse(SIM.format(sim='time_scale = 0.25\nstream_interval = 4\nzero_cost = true\ndcgm_names = "new"\ngpus = 2'))
-    assert dict(p.server.sim) == {"time_scale": 0.25, "stream_interval": 4, "zero_cost": True, "dcgm_names": "new", "gpus": 2}
+    assert dict(p.server.sim) == {
+        "time_scale": 0.25,
+        "stream_interval": 4,
+        "zero_cost": True,
+        "dcgm_names": "new",
+        "gpus": 2,
+    }
 
 
 def test_misspelt_simulator_option_is_one_line_with_did_you_mean():
@@ -131,18 +142,21 @@ def test_misspelt_simulator_option_is_one_line_with_did_you_mean():
     )
 
 
-@pytest.mark.parametrize("line, expected", [
-    ('time_scale = "fast"', "expected a number > 0.0, got 'fast'"),
-    ("time_scale = 0", "expected a number > 0.0, got 0"),
-    ("stream_interval = 1.5", "expected an integer >= 1, got 1.5"),
-    ("seed = 0.5", "expected an integer, got 0.5"),
-    ('zero_cost = "maybe"', "expected true or false, got 'maybe'"),
-    ('dcgm_names = "old"', "expected one of 'classic', 'new', got 'old'"),
-    ("http_error_rate = 2", "expected a number >= 0.0 and <= 1.0, got 2"),
-    ("idle_gpus = 3\ngpus = 2", "3 idle GPUs is more than gpus = 2"),
-    ("idle_gpus = 9", "9 idle GPUs is more than gpus = 8"),
-    ("port = 30000", "set by perfgate when it launches the simulator; use [server] port"),
-])
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        ('time_scale = "fast"', "expected a number > 0.0, got 'fast'"),
+        ("time_scale = 0", "expected a number > 0.0, got 0"),
+        ("stream_interval = 1.5", "expected an integer >= 1, got 1.5"),
+        ("seed = 0.5", "expected an integer, got 0.5"),
+        ('zero_cost = "maybe"', "expected true or false, got 'maybe'"),
+        ('dcgm_names = "old"', "expected one of 'classic', 'new', got 'old'"),
+        ("http_error_rate = 2", "expected a number >= 0.0 and <= 1.0, got 2"),
+        ("idle_gpus = 3\ngpus = 2", "3 idle GPUs is more than gpus = 2"),
+        ("idle_gpus = 9", "9 idle GPUs is more than gpus = 8"),
+        ("port = 30000", "set by perfgate when it launches the simulator; use [server] port"),
+    ],
+)
 def test_bad_simulator_option_says_what_the_simulator_expects(line, expected):
     message = sim_error(line)
     assert message.startswith("profile profiles/x.toml: [server.sim] key ") and message.endswith(expected)
@@ -159,7 +173,8 @@ def test_profile_load_checks_sim_keys_without_the_simulator_server():
     code = (
         "import sys; from perfgate.profile import load_profile; "
         "load_profile('profiles/sim-glm5.toml'); "
-        "print(sorted(m for m in sys.modules if m.startswith(('aiohttp', 'perfgate.sim._server', 'perfgate.sim._app'))))"
+        "print(sorted(m for m in sys.modules if m.startswith(('aiohttp', 'perfgate.sim._server', "
+        "'perfgate.sim._app'))))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -174,12 +189,33 @@ scalars = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),
     st.floats(min_value=-1, max_value=2),
     st.text(max_size=10),
-    st.sampled_from(["inf", "", "sglang", "simulator", "attach", "command", "auto", "nvml", "dcgm", "none",
-                     "poisson", "constant", "openai-chat", "http://127.0.0.1:1", "GPU-1", "{base_url}/m", "true"]),
+    st.sampled_from(
+        [
+            "inf",
+            "",
+            "sglang",
+            "simulator",
+            "attach",
+            "command",
+            "auto",
+            "nvml",
+            "dcgm",
+            "none",
+            "poisson",
+            "constant",
+            "openai-chat",
+            "http://127.0.0.1:1",
+            "GPU-1",
+            "{base_url}/m",
+            "true",
+        ]
+    ),
 )
-values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                       st.dictionaries(st.text(max_size=8), inner, max_size=4)),
-                      max_leaves=10)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)),
+    max_leaves=10,
+)
 
 TABLE_KEYS = {
     "server": sorted(checks(ServerSpec)),

@@ -16,11 +16,19 @@ def _doc(*, power: bool, baseline: float | None) -> dict:
         {"error": "", "ttft_s": 0.05 + i / 1000, "latency_s": 0.5 + i / 100, "output_tokens": 16} for i in range(20)
     ] + [{"error": "HTTP 500", "ttft_s": None, "latency_s": 0.01, "output_tokens": None}]
     telemetry = (
-        {"timeline": {"gpus": [{"index": 0, "uuid": "GPU-abcd", "t_s": [100.0, 100.5, 101.0], "power_w": [90.0, 240.0, 250.0]}]}}
+        {
+            "timeline": {
+                "gpus": [
+                    {"index": 0, "uuid": "GPU-abcd", "t_s": [100.0, 100.5, 101.0], "power_w": [90.0, 240.0, 250.0]}
+                ]
+            }
+        }
         if power
         else {"not_measured": "telemetry is off"}
     )
-    verdict = {"metrics": [{"metric": "output_throughput", "baseline": baseline}, {"metric": "mean_ttft_ms", "baseline": None}]}
+    verdict = {
+        "metrics": [{"metric": "output_throughput", "baseline": baseline}, {"metric": "mean_ttft_ms", "baseline": None}]
+    }
     return {
         "workloads": [
             {
@@ -56,18 +64,31 @@ def test_one_png_per_workload_that_ran(tmp_path: Path, power: bool, baseline: fl
 
 def _sweep(capacity: float, baseline: float | None) -> dict:
     points = [
-        {"load": load, "bisected": load == 48, "medians": {"output_throughput": 100.0 * load ** 0.5, "p90_tpot_ms": tpot,
-                                                          "p90_ttft_ms": 50.0 + load},
-         "baseline_medians": {} if load == 48 else {"output_throughput": 110.0 * load ** 0.5, "p90_tpot_ms": tpot * 0.8}}
+        {
+            "load": load,
+            "bisected": load == 48,
+            "medians": {"output_throughput": 100.0 * load**0.5, "p90_tpot_ms": tpot, "p90_ttft_ms": 50.0 + load},
+            "baseline_medians": {}
+            if load == 48
+            else {"output_throughput": 110.0 * load**0.5, "p90_tpot_ms": tpot * 0.8},
+        }
         for load, tpot in ((16, 9.5), (32, 12.7), (48, 15.5), (64, 19.2), (128, 32.1))
     ]
     verdict = {"metrics": [{"metric": "capacity", "measured": capacity, "baseline": baseline}]}
-    return {"sweep": "cap", "axis": "concurrency", "stat": "p90", "slo": {"ttft_ms": 500.0, "tpot_ms": 15.0},
-            "points": points, "verdict": verdict}
+    return {
+        "sweep": "cap",
+        "axis": "concurrency",
+        "stat": "p90",
+        "slo": {"ttft_ms": 500.0, "tpot_ms": 15.0},
+        "points": points,
+        "verdict": verdict,
+    }
 
 
 @pytest.mark.parametrize(("capacity", "baseline"), [(32.0, 48.0), (0.0, 32.0), (64.0, None)])
-def test_one_png_per_sweep_with_the_curve_against_the_baselines(tmp_path: Path, capacity: float, baseline: float | None) -> None:
+def test_one_png_per_sweep_with_the_curve_against_the_baselines(
+    tmp_path: Path, capacity: float, baseline: float | None
+) -> None:
     (png,) = write_plots({"workloads": [], "sweeps": [_sweep(capacity, baseline)]}, tmp_path)
     assert png == tmp_path / "cap-capacity.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000

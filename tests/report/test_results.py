@@ -25,12 +25,21 @@ def _record(i: int) -> RequestRecord:
 
 
 def _summary(requests: int) -> RunSummary:
-    client = ClientStats(cpu_s=1.0, wall_s=10.0, chunks=requests * CHUNKS, cpu_us_per_chunk=1.0, cpu_share=0.1,
-                         loop_lag_p99_ms=1.0, loop_lag_max_ms=2.0)
+    client = ClientStats(
+        cpu_s=1.0,
+        wall_s=10.0,
+        chunks=requests * CHUNKS,
+        cpu_us_per_chunk=1.0,
+        cpu_share=0.1,
+        loop_lag_p99_ms=1.0,
+        loop_lag_max_ms=2.0,
+    )
     records = [_record(i) for i in range(requests)]
     load = LoadRun("w", "sglang", 100.0, 100.0 + requests * 1e-3 + 1.0, records, client, 0, False)
     metrics = compute_metrics(load, target_concurrency=64)
-    result = WorkloadResult(workload="w", repeats=[RepeatResult(load, metrics, None, "telemetry disabled")], invalid_reasons=[])
+    result = WorkloadResult(
+        workload="w", repeats=[RepeatResult(load, metrics, None, "telemetry disabled")], invalid_reasons=[]
+    )
     return RunSummary("p", "p.toml", None, (), "", "", (result,), {"w": ()}, {"w": 0.0})
 
 
@@ -54,7 +63,12 @@ def test_every_request_is_in_the_file_as_a_list_of_objects(tmp_path):
     # The document in memory reads the same as the file, made at once or request by request.
     assert results_document(summary)["workloads"][0]["repeats"][0]["requests"] == requests
     streamed = results_document(summary, stream_requests=True)["workloads"][0]["repeats"][0]["requests"]
-    assert len(streamed) == 50 and list(streamed) == requests and streamed[3] == requests[3] and streamed[:2] == requests[:2]
+    assert (
+        len(streamed) == 50
+        and list(streamed) == requests
+        and streamed[3] == requests[3]
+        and streamed[:2] == requests[:2]
+    )
     assert path.read_text().startswith('{\n "created": ')
 
 

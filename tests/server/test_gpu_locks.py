@@ -39,8 +39,11 @@ def no_nvml(monkeypatch):
 def test_every_name_of_a_held_gpu_is_refused(nvml, other_name):
     with ExitStack() as first:
         hold_gpus(["0"], first, wait_s=0)
-        with pytest.raises(ServerError, match=rf"^GPU 0 \({UUID0}\) is held by another perfgate session: "
-                                              rf"pid {os.getpid()} on .* since \S+; wait for it to finish"):
+        with pytest.raises(
+            ServerError,
+            match=rf"^GPU 0 \({UUID0}\) is held by another perfgate session: "
+            rf"pid {os.getpid()} on .* since \S+; wait for it to finish",
+        ):
             with ExitStack() as second:
                 hold_gpus([2, other_name], second, wait_s=0)
         # The refused session let go of GPU 2, which it had locked first (UUID order).
@@ -90,8 +93,11 @@ def test_unknown_gpu_is_refused_naming_the_gpus_that_exist(nvml, lock_dir):
 def test_without_nvml_the_name_as_given_is_locked_and_the_holder_says_so(no_nvml):
     with ExitStack() as first:
         hold_gpus([0, 1], first, wait_s=0)
-        with pytest.raises(ServerError, match=r"^GPU 1 is held by another perfgate session: pid \d+ on .* since \S+; "
-                                              r"locked by the name '1' as given, not by UUID \(NVML not available: "):
+        with pytest.raises(
+            ServerError,
+            match=r"^GPU 1 is held by another perfgate session: pid \d+ on .* since \S+; "
+            r"locked by the name '1' as given, not by UUID \(NVML not available: ",
+        ):
             with ExitStack() as second:
                 hold_gpus([1, 2], second, wait_s=0.2)
     with ExitStack() as third:

@@ -33,7 +33,9 @@ def test_holders_are_read_by_uuid_and_keyed_as_given(monkeypatch):
     nv.gpus[0].pids = [99, 11]
     monkeypatch.setitem(sys.modules, "pynvml", nv)
     assert _gpu_procs.gpu_holders(["0", uuids(2)[1], "00000000:18:00.0"]) == {
-        "0": [11, 99], uuids(2)[1]: [], "00000000:18:00.0": [11, 99]
+        "0": [11, 99],
+        uuids(2)[1]: [],
+        "00000000:18:00.0": [11, 99],
     }
     # An unknown GPU, or no NVML: cannot tell (the lock refuses an unknown GPU with its own message).
     assert _gpu_procs.gpu_holders([0, 5]) is None

@@ -112,7 +112,9 @@ def test_attach_uses_the_same_readiness_and_provenance(tmp_path):
     with ExitStack() as owner:
         booted = start_server(spec, log_dir=tmp_path, stack=owner)
         with ExitStack() as stack:
-            attached = start_server(replace(spec, kind="attach", sim={}), log_dir=tmp_path, stack=stack, base_url=booted.base_url)
+            attached = start_server(
+                replace(spec, kind="attach", sim={}), log_dir=tmp_path, stack=stack, base_url=booted.base_url
+            )
         assert attached.kind == "attach" and attached.process is None
         assert attached.info == booted.info
         # Attaching never stops the server it did not start.

@@ -21,7 +21,7 @@ def test_keys_come_from_the_named_variables_and_go_to_sglang_as_flags(monkeypatc
     monkeypatch.setenv("PG_ADMIN", ADMIN)
     spec = ServerSpec(kind="sglang", model_path="/m", api_key_env="PG_KEY", admin_api_key_env="PG_ADMIN")
     keys = ServerKeys.from_spec(spec)
-    argv, env = build_command(spec, 30000, keys)
+    argv, _ = build_command(spec, 30000, keys)
     assert argv[-4:] == ["--api-key", KEY, "--admin-api-key", ADMIN]
     assert keys.headers() == {"Authorization": f"Bearer {KEY}"}
     assert keys.headers(admin=True) == {"Authorization": f"Bearer {ADMIN}"}
@@ -32,13 +32,18 @@ def test_keys_come_from_the_named_variables_and_go_to_sglang_as_flags(monkeypatc
 def test_an_unset_key_variable_stops_before_launch(monkeypatch):
     monkeypatch.delenv("PG_MISSING", raising=False)
     spec = ServerSpec(kind="sglang", model_path="/m", admin_api_key_env="PG_MISSING")
-    with pytest.raises(ServerError, match=r"\[server\] admin_api_key_env = 'PG_MISSING': the environment variable PG_MISSING is not set"):
+    with pytest.raises(
+        ServerError,
+        match=r"\[server\] admin_api_key_env = 'PG_MISSING': the environment variable PG_MISSING is not set",
+    ):
         ServerKeys.from_spec(spec)
 
 
 @pytest.mark.parametrize("args", [("--api-key", KEY), (f"--admin-api-key={ADMIN}",)])
 def test_a_key_written_into_the_profile_is_refused(args):
-    with pytest.raises(ServerError, match="put it in an environment variable and name that in \\[server\\] api_key_env"):
+    with pytest.raises(
+        ServerError, match="put it in an environment variable and name that in \\[server\\] api_key_env"
+    ):
         build_command(ServerSpec(kind="sglang", model_path="/m", args=args), 30000, ServerKeys())
 
 
@@ -54,14 +59,38 @@ def test_a_command_template_takes_the_key_from_a_placeholder(monkeypatch):
 def test_redaction_of_argv_env_json_and_text():
     r = Redactor((KEY, ADMIN))
     argv = ["python", "--api-key", KEY, f"--admin-api-key={ADMIN}", "--x", f"prefix{KEY}", "--api-key", "other"]
-    assert r.argv(argv) == ["python", "--api-key", REDACTED, f"--admin-api-key={REDACTED}", "--x", f"prefix{REDACTED}",
-                            "--api-key", REDACTED]
+    assert r.argv(argv) == [
+        "python",
+        "--api-key",
+        REDACTED,
+        f"--admin-api-key={REDACTED}",
+        "--x",
+        f"prefix{REDACTED}",
+        "--api-key",
+        REDACTED,
+    ]
     assert r.env({"A": KEY, "HF_TOKEN": "hf_x", "MY_API_KEY": "y", "PATH": "/bin"}) == {
-        "A": REDACTED, "HF_TOKEN": REDACTED, "MY_API_KEY": REDACTED, "PATH": "/bin"}
-    info = {"api_key": "whatever", "admin_api_key": None, "launch_command": f"serve --api-key {KEY}",
-            "nested": [{"k": ADMIN}], "max_total_tokens": 8, "tokenizer_path": "/t"}
-    assert r.json(info) == {"api_key": REDACTED, "admin_api_key": None, "launch_command": f"serve --api-key {REDACTED}",
-                            "nested": [{"k": REDACTED}], "max_total_tokens": 8, "tokenizer_path": "/t"}
+        "A": REDACTED,
+        "HF_TOKEN": REDACTED,
+        "MY_API_KEY": REDACTED,
+        "PATH": "/bin",
+    }
+    info = {
+        "api_key": "whatever",
+        "admin_api_key": None,
+        "launch_command": f"serve --api-key {KEY}",
+        "nested": [{"k": ADMIN}],
+        "max_total_tokens": 8,
+        "tokenizer_path": "/t",
+    }
+    assert r.json(info) == {
+        "api_key": REDACTED,
+        "admin_api_key": None,
+        "launch_command": f"serve --api-key {REDACTED}",
+        "nested": [{"k": REDACTED}],
+        "max_total_tokens": 8,
+        "tokenizer_path": "/t",
+    }
 
 
 def test_a_secret_split_across_reads_is_still_redacted():
@@ -74,11 +103,15 @@ def test_the_server_log_and_recorded_command_never_hold_the_key(monkeypatch, tmp
     # A stand-in server that prints its argv, then fails: its log and the error are what perfgate shows.
     monkeypatch.setenv("PG_KEY", KEY)
     fake = tmp_path / "fake-python"
-    fake.write_text("#!/bin/sh\necho \"started with $*\"\necho \"key again: $4\" >&2\nexit 3\n")
+    fake.write_text('#!/bin/sh\necho "started with $*"\necho "key again: $4" >&2\nexit 3\n')
     fake.chmod(0o755)
     # Whatever form the key takes on a command line, its value is known and redacted.
-    spec = ServerSpec(kind="command", command=(str(fake), "--port", "{port}", "--token", KEY), api_key_env="PG_KEY",
-                      startup_timeout_s=10)
+    spec = ServerSpec(
+        kind="command",
+        command=(str(fake), "--port", "{port}", "--token", KEY),
+        api_key_env="PG_KEY",
+        startup_timeout_s=10,
+    )
     with pytest.raises(ServerError) as exc, ExitStack() as stack:
         start_server(spec, log_dir=tmp_path / "logs", stack=stack)
     message = str(exc.value)

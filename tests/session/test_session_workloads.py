@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 from pathlib import Path
 
@@ -58,8 +59,9 @@ warmup_requests = 6
 """
 
 
-def session(tmp_path: Path, workloads: str, *, telemetry: str = "", gate: str = "", time_scale: float = 0.02,
-            sim: str = "") -> Session:
+def session(
+    tmp_path: Path, workloads: str, *, telemetry: str = "", gate: str = "", time_scale: float = 0.02, sim: str = ""
+) -> Session:
     text = PROFILE.format(workloads=workloads, telemetry=telemetry, gate=gate, time_scale=time_scale, sim=sim)
     profile = parse_profile(text, tmp_path / "s.toml")
     return Session(profile, SessionOptions(baselines_dir=tmp_path / "baselines", log_dir=tmp_path / "logs"))
@@ -106,7 +108,9 @@ def test_another_load_on_the_server_makes_the_run_invalid(tmp_path):
         s.close()
     gap = result.repeats[0].output_token_gap()
     assert gap is not None and gap > 0.05
-    assert any("the server's /metrics counted +" in r and "another load shared the server" in r for r in result.invalid_reasons)
+    assert any(
+        "the server's /metrics counted +" in r and "another load shared the server" in r for r in result.invalid_reasons
+    )
 
 
 def test_a_gated_server_metric_needs_the_servers_metrics(tmp_path):
@@ -115,8 +119,11 @@ def test_a_gated_server_metric_needs_the_servers_metrics(tmp_path):
         session(tmp_path, gated, telemetry='server_metrics_path = ""')
     s = session(tmp_path, gated, telemetry='server_metrics_path = "/nope"')
     try:
-        with pytest.raises(TelemetryError, match=r"server_cache_hit_rate is gated but server metrics: GET http://127.0.0.1:\d+/nope "
-                                                 r"answered HTTP 404 \(SGLang serves /metrics only with --enable-metrics\)"):
+        with pytest.raises(
+            TelemetryError,
+            match=r"server_cache_hit_rate is gated but server metrics: GET http://127.0.0.1:\d+/nope "
+            r"answered HTTP 404 \(SGLang serves /metrics only with --enable-metrics\)",
+        ):
             s.server()
     finally:
         s.close()
@@ -157,18 +164,28 @@ def test_sweep_bisects_between_the_last_load_within_and_the_first_beyond(tmp_pat
     # whole wave (96 decode steps, ~700 ms here): of 48 requests, L - 24 wait at concurrency L,
     # so the p90 TTFT stays a few steps up to L = 28 (4 wait) and jumps from L = 29 (5 wait).
     sweep = SWEEP.replace("output_len = 16", "output_len = 96").replace(
-        "slo = { tpot_ms = 1e6 }", "slo = { ttft_ms = 300 }\ncapacity_bisect_steps = 3")
+        "slo = { tpot_ms = 1e6 }", "slo = { ttft_ms = 300 }\ncapacity_bisect_steps = 3"
+    )
     s = session(tmp_path, sweep, time_scale=0.1, sim="max_running_requests = 24")
     try:
         result = s.run_sweep(s.profile.sweeps[0])
     finally:
         s.close()
     assert [(p.load, p.bisected) for p in result.points] == [
-        (4, False), (16, False), (24, True), (28, True), (32, True), (48, False)]
+        (4, False),
+        (16, False),
+        (24, True),
+        (28, True),
+        (32, True),
+        (48, False),
+    ]
     assert result.within == [[True, True, True, True, False, False]]
     assert result.capacities == [28]
-    assert result.notes == ["bisected: ran concurrency 32 between 16 and 48", "bisected: ran concurrency 24 between 16 and 32",
-                            "bisected: ran concurrency 28 between 24 and 32"]
+    assert result.notes == [
+        "bisected: ran concurrency 32 between 16 and 48",
+        "bisected: ran concurrency 24 between 16 and 32",
+        "bisected: ran concurrency 28 between 24 and 32",
+    ]
     assert result.verdict is not None and result.verdict.metrics[0].status == "no-baseline"
 
 
@@ -200,7 +217,7 @@ def test_multi_turn_sessions_wait_think_interleave_and_hit_the_cache(tmp_path):
     spans = []
     for k in range(6):
         turns = records[4 * k : 4 * k + 4]
-        for prev, nxt in zip(turns, turns[1:]):
+        for prev, nxt in itertools.pairwise(turns):
             # The next turn goes after the reply and the think time, never before.
             assert nxt.start_s >= prev.start_s + prev.latency_s + 0.2 - 1e-3
         spans.append((turns[0].start_s, turns[-1].start_s + turns[-1].latency_s))
@@ -214,11 +231,14 @@ def test_multi_turn_sessions_wait_think_interleave_and_hit_the_cache(tmp_path):
     assert hit_chat == pytest.approx(624 / 1048, abs=0.02) and hit_random < 0.01
 
 
-@pytest.mark.parametrize(("values", "note"), [
-    ({}, ""),
-    ({"server_cache_hit_rate": float("nan")}, ""),
-    ({}, "server metrics at http://x/metrics: no scrape after the measured run"),
-])
+@pytest.mark.parametrize(
+    ("values", "note"),
+    [
+        ({}, ""),
+        ({"server_cache_hit_rate": float("nan")}, ""),
+        ({}, "server metrics at http://x/metrics: no scrape after the measured run"),
+    ],
+)
 def test_a_gated_server_metric_missing_or_nan_makes_the_run_invalid(tmp_path, values, note):
     from types import SimpleNamespace
 

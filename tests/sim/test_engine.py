@@ -116,9 +116,7 @@ def test_simulate_respects_arrival_times() -> None:
     assert math.isnan(simulate(config, [(0.0, 10, 1)]).tpot_ms[0])
 
 
-requests = st.lists(
-    st.tuples(st.integers(1, 3000), st.integers(1, 40)), min_size=1, max_size=40
-)
+requests = st.lists(st.tuples(st.integers(1, 3000), st.integers(1, 40)), min_size=1, max_size=40)
 
 
 @settings(max_examples=60, deadline=None)

@@ -107,7 +107,7 @@ def test_error_chunk_rate(sims) -> None:
     sim = sims["error_chunk"]
     lines = _stream_lines(sim.url + "/generate", GEN)
     assert lines[-1] == "data: [DONE]"
-    error = json.loads(lines[-2][len("data: "):])
+    error = json.loads(lines[-2][len("data: ") :])
     assert set(error) == {"error"} and error["error"]["message"]
     assert 0 < len(lines) - 2 < 10  # some tokens came first
     # The engine dropped the request: nothing runs any more.
@@ -131,7 +131,7 @@ def test_short_rate(sims) -> None:
     sim = sims["short"]
     lines = _stream_lines(sim.url + "/generate", GEN)
     assert lines[-1] == "data: [DONE]"
-    last = json.loads(lines[-2][len("data: "):])
+    last = json.loads(lines[-2][len("data: ") :])
     assert last["meta_info"]["completion_tokens"] == 5
     assert last["meta_info"]["finish_reason"]["type"] == "stop"
 
@@ -141,6 +141,7 @@ def test_exact_completion_tokens_with_ignore_eos_under_concurrency(sims) -> None
 
     async def run() -> list[int]:
         async with httpx.AsyncClient(base_url=sim.url, timeout=30) as c:
+
             async def one(n: int) -> int:
                 body = {"input_ids": [1] * (10 + n), "sampling_params": {"max_new_tokens": n, "ignore_eos": True}}
                 return (await c.post("/generate", json=body)).json()["meta_info"]["completion_tokens"]
@@ -164,7 +165,9 @@ def test_invalid_slowdown_exits_with_a_clear_message(tmp_path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "perfgate.sim", "--port", "1"],
         env={"PYTHONPATH": SRC, "PERFGATE_SIM_SLOWDOWN": "fast"},
-        capture_output=True, text=True, timeout=30,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert proc.returncode == 2
     assert "PERFGATE_SIM_SLOWDOWN='fast'" in proc.stderr and "positive number" in proc.stderr
@@ -194,6 +197,7 @@ def test_zero_cost_still_streams_everything(sims) -> None:
 
 def test_fault_choices_depend_on_seed_and_request_order_only() -> None:
     opts = parse_options(["--error-chunk-rate", "0.3", "--truncate-rate", "0.2"], {})
+
     def plans(seed: int) -> list[object]:
         rng = random.Random(seed)
         return [plan_faults(rng, opts) for _ in range(500)]
@@ -212,9 +216,21 @@ def test_port_in_use_exits_1_without_claiming_readiness() -> None:
         taken.listen()
         port = taken.getsockname()[1]
         proc = subprocess.run(
-            [sys.executable, "-m", "perfgate.sim", "--host", "127.0.0.1", "--port", str(port),
-             "--startup-delay-s", "0"],
-            env={"PYTHONPATH": SRC}, capture_output=True, text=True, timeout=30,
+            [
+                sys.executable,
+                "-m",
+                "perfgate.sim",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--startup-delay-s",
+                "0",
+            ],
+            env={"PYTHONPATH": SRC},
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
     assert proc.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in proc.stderr
@@ -234,7 +250,9 @@ def test_the_simulator_takes_the_open_file_limit_it_is_allowed(tmp_path) -> None
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     try:
         sim.wait_ready()
-        line = next(x for x in Path(f"/proc/{sim.proc.pid}/limits").read_text().splitlines() if x.startswith("Max open files"))
+        line = next(
+            x for x in Path(f"/proc/{sim.proc.pid}/limits").read_text().splitlines() if x.startswith("Max open files")
+        )
         got_soft, got_hard = line.split()[3:5]
         assert got_soft == got_hard != "256", line
     finally:

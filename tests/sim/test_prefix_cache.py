@@ -76,7 +76,9 @@ def test_cached_prompt_tokens_are_neither_prefilled_nor_counted_twice():
     assert prefilled == 16 * 220 - 15 * 200
     assert engine.cached_tokens_total == 3000
     assert engine.last_cache_hit_rate == 200 / 220
-    off, prefilled_off, cached_off = _run(SimConfig(noise=0, drift=0, chunked_prefill_size=220, disable_radix_cache=True), prompts)
+    off, prefilled_off, cached_off = _run(
+        SimConfig(noise=0, drift=0, chunked_prefill_size=220, disable_radix_cache=True), prompts
+    )
     assert cached_off == [0] * 16 and prefilled_off == 16 * 220 and off.cached_tokens_total == 0
 
 
@@ -105,8 +107,12 @@ def test_cached_tokens_do_not_hold_kv_so_more_requests_run_at_once():
         return peak
 
     assert peak_running(config) == 20
-    assert peak_running(SimConfig(noise=0, drift=0, max_total_tokens=9600, chunked_prefill_size=100_000,
-                                  disable_radix_cache=True)) == 10
+    assert (
+        peak_running(
+            SimConfig(noise=0, drift=0, max_total_tokens=9600, chunked_prefill_size=100_000, disable_radix_cache=True)
+        )
+        == 10
+    )
 
 
 def test_a_request_without_ids_neither_hits_nor_fills_and_aborts_release_everything():

@@ -22,7 +22,7 @@ def sse(client: httpx.Client, path: str, body: dict[str, object]) -> list[object
             if not line:
                 continue
             assert line.startswith("data: "), line
-            data = line[len("data: "):]
+            data = line[len("data: ") :]
             events.append(data if data == "[DONE]" else json.loads(data))
     return events
 
@@ -34,8 +34,11 @@ def client(fast_sim: Any):
 
 
 def test_generate_stream_with_input_ids(client: httpx.Client) -> None:
-    events = sse(client, "/generate", {"input_ids": [1, 2, 3, 4], "stream": True,
-                                       "sampling_params": {"max_new_tokens": 5, "ignore_eos": True}})
+    events = sse(
+        client,
+        "/generate",
+        {"input_ids": [1, 2, 3, 4], "stream": True, "sampling_params": {"max_new_tokens": 5, "ignore_eos": True}},
+    )
     assert events[-1] == "[DONE]"
     chunks = events[:-1]
     assert len(chunks) == 5
@@ -87,10 +90,19 @@ def test_generate_validation_errors_are_400(client: httpx.Client, body: dict[str
 
 
 def test_completions_stream_with_token_ids_and_usage_chunk(client: httpx.Client) -> None:
-    events = sse(client, "/v1/completions", {
-        "model": "m", "prompt": [7] * 12, "max_tokens": 6, "ignore_eos": True, "min_tokens": 6,
-        "stream": True, "stream_options": {"include_usage": True},
-    })
+    events = sse(
+        client,
+        "/v1/completions",
+        {
+            "model": "m",
+            "prompt": [7] * 12,
+            "max_tokens": 6,
+            "ignore_eos": True,
+            "min_tokens": 6,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+    )
     assert events[-1] == "[DONE]"
     usage_chunk = events[-2]
     assert usage_chunk["choices"] == []
@@ -115,10 +127,16 @@ def test_completions_without_usage_and_non_stream(client: httpx.Client) -> None:
 
 def test_chat_stream_and_non_stream(client: httpx.Client) -> None:
     messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello there you"}]
-    events = sse(client, "/v1/chat/completions", {
-        "messages": messages, "max_completion_tokens": 4, "stream": True,
-        "stream_options": {"include_usage": True},
-    })
+    events = sse(
+        client,
+        "/v1/chat/completions",
+        {
+            "messages": messages,
+            "max_completion_tokens": 4,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+    )
     assert events[-1] == "[DONE]"
     usage = events[-2]
     assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 4
@@ -137,8 +155,18 @@ def test_chat_stream_and_non_stream(client: httpx.Client) -> None:
 @pytest.fixture(scope="module")
 def four_gpu_sims(launch_sim):
     """Four simulated GPUs, the last one idle, in both DCGM name generations (started together)."""
-    common = ("--time-scale", "0.01", "--startup-delay-s", "0", "--gpus", "4", "--idle-gpus", "1",
-              "--stream-interval", "4")
+    common = (
+        "--time-scale",
+        "0.01",
+        "--startup-delay-s",
+        "0",
+        "--gpus",
+        "4",
+        "--idle-gpus",
+        "1",
+        "--stream-interval",
+        "4",
+    )
     sims = {gen: launch_sim(*common, "--dcgm-names", gen) for gen in ("classic", "new")}
     try:
         for sim in sims.values():
@@ -213,16 +241,26 @@ def _families(text: str) -> dict[str, object]:
 def test_metrics_parse_with_sglang_names(client: httpx.Client) -> None:
     client.post("/generate", json={"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 3}})
     fams = _families(client.get("/metrics").text)
-    for name in ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:gen_throughput",
-                 "sglang:token_usage", "sglang:prompt_tokens", "sglang:generation_tokens",
-                 "sglang:time_to_first_token_seconds", "sglang:inter_token_latency_seconds",
-                 "sglang:e2e_request_latency_seconds"):
+    for name in (
+        "sglang:num_running_reqs",
+        "sglang:num_queue_reqs",
+        "sglang:gen_throughput",
+        "sglang:token_usage",
+        "sglang:prompt_tokens",
+        "sglang:generation_tokens",
+        "sglang:time_to_first_token_seconds",
+        "sglang:inter_token_latency_seconds",
+        "sglang:e2e_request_latency_seconds",
+    ):
         assert name in fams, name
         assert all(s.labels["model_name"] == "sim/GLM-5-NVFP4" for s in fams[name].samples)
     gen = {s.name: s.value for s in fams["sglang:generation_tokens"].samples if s.labels["is_streaming"] == "false"}
     assert gen["sglang:generation_tokens_total"] >= 3
-    ttft_count = [s.value for s in fams["sglang:time_to_first_token_seconds"].samples
-                  if s.name.endswith("_count") and s.labels["is_streaming"] == "false"]
+    ttft_count = [
+        s.value
+        for s in fams["sglang:time_to_first_token_seconds"].samples
+        if s.name.endswith("_count") and s.labels["is_streaming"] == "false"
+    ]
     assert ttft_count[0] >= 1
 
 
@@ -236,14 +274,30 @@ def test_dcgm_metrics_parse(four_gpu_sims, generation: str) -> None:
     power_name = "DCGM_FI_DEV_POWER_USAGE" if generation == "classic" else "DCGM_FI_DEV_BOARD_POWER_WATTS"
     host_label = "Hostname" if generation == "classic" else "hostname"
     expected = {
-        "classic": ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-                    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE"],
-        "new": ["DCGM_FI_DEV_GPU_UTIL_RATIO", "DCGM_FI_PROF_SM_UTIL_RATIO", "DCGM_FI_PROF_TENSOR_UTIL_RATIO",
-                "DCGM_FI_PROF_DRAM_UTIL_RATIO", "DCGM_FI_DEV_GPU_TEMP_CELSIUS",
-                "DCGM_FI_DEV_BOARD_POWER_LIMIT_ENFORCED_WATTS"],
+        "classic": [
+            "DCGM_FI_DEV_GPU_UTIL",
+            "DCGM_FI_DEV_GPU_TEMP",
+            "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+            "DCGM_FI_PROF_DRAM_ACTIVE",
+        ],
+        "new": [
+            "DCGM_FI_DEV_GPU_UTIL_RATIO",
+            "DCGM_FI_PROF_SM_UTIL_RATIO",
+            "DCGM_FI_PROF_TENSOR_UTIL_RATIO",
+            "DCGM_FI_PROF_DRAM_UTIL_RATIO",
+            "DCGM_FI_DEV_GPU_TEMP_CELSIUS",
+            "DCGM_FI_DEV_BOARD_POWER_LIMIT_ENFORCED_WATTS",
+        ],
     }[generation]
-    for name in [power_name, "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_FB_USED",
-                 "DCGM_FI_DEV_FB_FREE", *expected]:
+    for name in [
+        power_name,
+        "DCGM_FI_DEV_SM_CLOCK",
+        "DCGM_FI_DEV_MEM_CLOCK",
+        "DCGM_FI_DEV_FB_USED",
+        "DCGM_FI_DEV_FB_FREE",
+        *expected,
+    ]:
         assert name in second, name
         assert len(second[name].samples) == 4
     sample = second[power_name].samples[0]

@@ -42,25 +42,32 @@ def test_a_repeated_prefix_is_reported_cached_everywhere_sglang_reports_it(sims)
     system = list(range(2000, 2100))
     with httpx.Client(base_url=sims["on"].url, timeout=30) as c:
         before = _counters(c)
-        assert _generate(c, system + [1, 2, 3])["cached_tokens"] == 0
-        assert _generate(c, system + [4, 5, 6])["cached_tokens"] == 100
+        assert _generate(c, [*system, 1, 2, 3])["cached_tokens"] == 0
+        assert _generate(c, [*system, 4, 5, 6])["cached_tokens"] == 100
         after = _counters(c)
         assert after["sglang:cached_tokens_total"] - before.get("sglang:cached_tokens_total", 0) == 100
         assert after["sglang:prompt_tokens_total"] - before["sglang:prompt_tokens_total"] == 206
         assert after["sglang:cache_hit_rate"] == pytest.approx(100 / 103)
         # OpenAI usage: prompt_tokens_details.cached_tokens, on the final usage chunk and non-streamed.
-        events = sse(c, "/v1/completions", {"prompt": system + [9], "max_tokens": 2, "stream": True,
-                                            "stream_options": {"include_usage": True}})
+        events = sse(
+            c,
+            "/v1/completions",
+            {"prompt": [*system, 9], "max_tokens": 2, "stream": True, "stream_options": {"include_usage": True}},
+        )
         assert events[-2]["usage"]["prompt_tokens_details"] == {"cached_tokens": 100}
-        body = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "same words " * 20}],
-                                                    "max_tokens": 2}).json()
-        again = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "same words " * 20}],
-                                                     "max_tokens": 2}).json()
+        body = c.post(
+            "/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "same words " * 20}], "max_tokens": 2},
+        ).json()
+        again = c.post(
+            "/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "same words " * 20}], "max_tokens": 2},
+        ).json()
         assert body["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
         assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == again["usage"]["prompt_tokens"] - 1
         # A flush empties the cache, as SGLang's does.
         assert c.post("/flush_cache").status_code == 200
-        assert _generate(c, system + [7])["cached_tokens"] == 0
+        assert _generate(c, [*system, 7])["cached_tokens"] == 0
         assert c.get("/server_info").json()["disable_radix_cache"] is False
 
 
@@ -68,6 +75,6 @@ def test_disable_radix_cache_never_hits(sims):
     system = list(range(3000, 3100))
     with httpx.Client(base_url=sims["off"].url, timeout=30) as c:
         for q in range(3):
-            assert _generate(c, system + [q])["cached_tokens"] == 0
+            assert _generate(c, [*system, q])["cached_tokens"] == 0
         assert _counters(c).get("sglang:cached_tokens_total", 0.0) == 0
         assert c.get("/server_info").json()["disable_radix_cache"] is True

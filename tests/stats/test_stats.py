@@ -17,7 +17,13 @@ finite = st.floats(min_value=-1e6, max_value=1e6)
 @pytest.mark.parametrize(
     "values, q, expected",
     # Values numpy.percentile gives (default linear interpolation).
-    [([1, 2, 3, 4], 90, 3.7), ([10, 20], 99, 19.9), ([5], 37, 5.0), ([3, 1, 2], 50, 2.0), ([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 99, 9.91)],
+    [
+        ([1, 2, 3, 4], 90, 3.7),
+        ([10, 20], 99, 19.9),
+        ([5], 37, 5.0),
+        ([3, 1, 2], 50, 2.0),
+        ([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 99, 9.91),
+    ],
 )
 def test_percentile_matches_numpy_cases(values, q, expected):
     assert percentile(sorted(values), q) == pytest.approx(expected)
@@ -28,7 +34,11 @@ def test_percentile_is_numpys_linear_percentile(values, q):
     assert percentile(sorted(values), q) == pytest.approx(float(numpy.percentile(values, q)), rel=1e-9, abs=1e-6)
 
 
-@given(st.lists(finite, min_size=1, max_size=200), st.floats(min_value=0, max_value=100), st.floats(min_value=0, max_value=100))
+@given(
+    st.lists(finite, min_size=1, max_size=200),
+    st.floats(min_value=0, max_value=100),
+    st.floats(min_value=0, max_value=100),
+)
 def test_percentile_never_leaves_min_max_or_goes_out_of_order(values, q1, q2):
     s = sorted(values)
     lo, hi = sorted((q1, q2))

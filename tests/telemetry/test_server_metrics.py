@@ -85,11 +85,17 @@ def test_sglang_names_are_read_and_series_combined():
     r = parse_server_metrics(sglang(device=300.0, host=20.0))
     assert r.engine == "sglang"
     assert r.counters == {"prompt_tokens": 1010.0, "generation_tokens": 400.0, "cached_tokens": 320.0}
-    assert r.gauges == {"running": 3.0, "queued": 5.0, "token_usage": 0.25, "gen_throughput": 1500.0, "cache_hit_rate": 0.9}
+    assert r.gauges == {
+        "running": 3.0,
+        "queued": 5.0,
+        "token_usage": 0.25,
+        "gen_throughput": 1500.0,
+        "cache_hit_rate": 0.9,
+    }
 
 
 def test_nan_and_inf_samples_are_no_reading():
-    text = sglang(device=300.0).replace("sglang:cache_hit_rate{engine_type", "sglang:cache_hit_rate{x=\"1\",engine_type")
+    text = sglang(device=300.0).replace("sglang:cache_hit_rate{engine_type", 'sglang:cache_hit_rate{x="1",engine_type')
     text = text.replace("} 0.9\n", "} NaN\n").replace("} 0.25\n", "} +Inf\n")
     r = parse_server_metrics(text)
     assert "cache_hit_rate" not in r.gauges and "token_usage" not in r.gauges and r.gauges["running"] == 3.0
@@ -99,9 +105,11 @@ def test_replicas_count_once_and_data_parallel_ranks_add_up():
     line = 'sglang:num_running_reqs{{dp_rank="{dp}",model_name="m",tp_rank="{tp}"}} {n}\n'
     usage = 'sglang:token_usage{{dp_rank="{dp}",model_name="m",tp_rank="{tp}"}} {n}\n'
     text = "# TYPE sglang:num_running_reqs gauge\n" + "".join(
-        line.format(dp=dp, tp=tp, n=n) for dp, tp, n in ((0, 0, 4), (0, 1, 4), (1, 2, 6), (1, 3, 6)))
+        line.format(dp=dp, tp=tp, n=n) for dp, tp, n in ((0, 0, 4), (0, 1, 4), (1, 2, 6), (1, 3, 6))
+    )
     text += "# TYPE sglang:token_usage gauge\n" + "".join(
-        usage.format(dp=dp, tp=tp, n=n) for dp, tp, n in ((0, 0, 0.2), (0, 1, 0.2), (1, 2, 0.6), (1, 3, 0.6)))
+        usage.format(dp=dp, tp=tp, n=n) for dp, tp, n in ((0, 0, 0.2), (0, 1, 0.2), (1, 2, 0.6), (1, 3, 0.6))
+    )
     assert parse_server_metrics(text).gauges == {"running": 10.0, "token_usage": pytest.approx(0.4)}
 
 
@@ -109,11 +117,18 @@ def test_vllm_names_are_read():
     r = parse_server_metrics(VLLM)
     assert r.engine == "vllm"
     assert r.gauges == {"running": 12.0, "queued": 2.0, "token_usage": 0.4}
-    assert r.counters == {"cache_queries": 800.0, "cached_tokens": 200.0, "prompt_tokens": 800.0, "generation_tokens": 300.0}
+    assert r.counters == {
+        "cache_queries": 800.0,
+        "cached_tokens": 200.0,
+        "prompt_tokens": 800.0,
+        "generation_tokens": 300.0,
+    }
 
 
 def test_text_of_another_exporter_has_no_engine():
-    assert parse_server_metrics("# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 3.0\n").engine == ""
+    assert (
+        parse_server_metrics("# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 3.0\n").engine == ""
+    )
     # Lines perfgate does not read are not even parsed; a broken one it reads is an error.
     assert parse_server_metrics("not prometheus {{{\n" + sglang()).gauges["running"] == 3.0
     with pytest.raises(ValueError):
@@ -137,15 +152,19 @@ class FakeServer:
         return httpx.Response(self.status, text=text)
 
     def monitor(self) -> ServerMonitor:
-        return ServerMonitor("http://sim/metrics", interval_s=60, clock=self.clock, transport=httpx.MockTransport(self.handler))
+        return ServerMonitor(
+            "http://sim/metrics", interval_s=60, clock=self.clock, transport=httpx.MockTransport(self.handler)
+        )
 
 
 def test_counters_are_differenced_between_the_scrapes_that_bracket_the_run():
-    fake = FakeServer([
-        sglang(prompt=1000, generated=400),                       # t 0 -> 1: before
-        sglang(running=8, queued=2, prompt=1500, generated=500),  # t 1 -> 2: inside
-        sglang(running=6, queued=0, prompt=3000, generated=900, device=1200),  # t 2 -> 3: after
-    ])
+    fake = FakeServer(
+        [
+            sglang(prompt=1000, generated=400),  # t 0 -> 1: before
+            sglang(running=8, queued=2, prompt=1500, generated=500),  # t 1 -> 2: inside
+            sglang(running=6, queued=0, prompt=3000, generated=900, device=1200),  # t 2 -> 3: after
+        ]
+    )
     m = fake.monitor()
     for _ in range(3):
         m.scrape_now()
@@ -177,8 +196,12 @@ def test_without_prefix_hits_the_rate_is_zero_not_unknown_and_a_reset_is_not_use
 
 
 def test_vllm_hit_rate_is_hits_over_queries():
-    queried = VLLM.replace("queries_total{engine=\"0\",model_name=\"tiny\"} 800.0", "queries_total{engine=\"0\",model_name=\"tiny\"} 1800.0")
-    hit = queried.replace("hits_total{engine=\"0\",model_name=\"tiny\"} 200.0", "hits_total{engine=\"0\",model_name=\"tiny\"} 450.0")
+    queried = VLLM.replace(
+        'queries_total{engine="0",model_name="tiny"} 800.0', 'queries_total{engine="0",model_name="tiny"} 1800.0'
+    )
+    hit = queried.replace(
+        'hits_total{engine="0",model_name="tiny"} 200.0', 'hits_total{engine="0",model_name="tiny"} 450.0'
+    )
     fake = FakeServer([VLLM, hit])
     m = fake.monitor()
     m.scrape_now()
@@ -218,13 +241,20 @@ def test_gauges_without_a_sample_in_the_window_are_not_measured_and_say_why():
     assert any("gauges (requests running and queued, KV use) not measured" in n for n in w.notes)
 
 
-@pytest.mark.parametrize("status, text, message", [
-    (404, "Not Found", r"GET http://sim/metrics answered HTTP 404 \(SGLang serves /metrics only with --enable-metrics\)"),
-    (500, "boom", r"answered HTTP 500$"),
-    (200, "# TYPE up gauge\nup 1\n", r"serves Prometheus text without sglang:\* or vllm:\* metrics"),
-    (200, "{{{ not prometheus", r"serves Prometheus text without sglang:\* or vllm:\* metrics"),
-    (200, BROKEN, r"failed: ValueError"),
-])
+@pytest.mark.parametrize(
+    "status, text, message",
+    [
+        (
+            404,
+            "Not Found",
+            r"GET http://sim/metrics answered HTTP 404 \(SGLang serves /metrics only with --enable-metrics\)",
+        ),
+        (500, "boom", r"answered HTTP 500$"),
+        (200, "# TYPE up gauge\nup 1\n", r"serves Prometheus text without sglang:\* or vllm:\* metrics"),
+        (200, "{{{ not prometheus", r"serves Prometheus text without sglang:\* or vllm:\* metrics"),
+        (200, BROKEN, r"failed: ValueError"),
+    ],
+)
 def test_open_names_why_the_metrics_cannot_be_read(status, text, message):
     fake = FakeServer([text], status=status)
     with pytest.raises(TelemetryError, match=message):

@@ -63,12 +63,18 @@ def test_classic_names_two_gpus():
 def test_new_names_and_lowercase_hostname_and_same_uuid_on_two_hosts():
     readings = {(r.hostname, r.uuid): r for r in parse_dcgm_text(CLASSIC + NEW)}
     b = readings[("node-b", U0)]
-    assert b.values == {"power_avg_w": 235.0, "util_gpu_pct": 100.0, "tensor_util_pct": 3.0,
-                        "sm_util_pct": 50.0, "temperature_c": 61.0, "power_limit_w": 600.0}
+    assert b.values == {
+        "power_avg_w": 235.0,
+        "util_gpu_pct": 100.0,
+        "tensor_util_pct": 3.0,
+        "sm_util_pct": 50.0,
+        "temperature_c": 61.0,
+        "power_limit_w": 600.0,
+    }
     assert readings[("node-a", U0)].values["power_avg_w"] == 250.5
 
 
-@pytest.mark.parametrize("text", ["DCGM_FI_DEV_POWER_USAGE{gpu=\"0\" 12\n", "DCGM_FI_DEV_POWER_USAGE{gpu=\"0\"} abc\n"])
+@pytest.mark.parametrize("text", ['DCGM_FI_DEV_POWER_USAGE{gpu="0" 12\n', 'DCGM_FI_DEV_POWER_USAGE{gpu="0"} abc\n'])
 def test_malformed_text_is_a_value_error(text):
     with pytest.raises(ValueError):
         parse_dcgm_text(text)
@@ -103,17 +109,24 @@ def exporter() -> Iterator[tuple[str, list[str]]]:
 
 
 def body(power: float, energy_mj: float, tensor: float) -> str:
-    return (f'DCGM_FI_DEV_POWER_USAGE{{gpu="0",UUID="{U0}",Hostname="h"}} {power}\n'
-            f'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{gpu="0",UUID="{U0}",Hostname="h"}} {energy_mj}\n'
-            f'DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{{gpu="0",UUID="{U0}",Hostname="h"}} {tensor}\n'
-            f'DCGM_FI_DEV_POWER_USAGE{{gpu="1",UUID="{U1}",Hostname="h"}} 99\n')
+    return (
+        f'DCGM_FI_DEV_POWER_USAGE{{gpu="0",UUID="{U0}",Hostname="h"}} {power}\n'
+        f'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{gpu="0",UUID="{U0}",Hostname="h"}} {energy_mj}\n'
+        f'DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{{gpu="0",UUID="{U0}",Hostname="h"}} {tensor}\n'
+        f'DCGM_FI_DEV_POWER_USAGE{{gpu="1",UUID="{U1}",Hostname="h"}} 99\n'
+    )
 
 
 def test_scrapes_dedupes_and_summarises_over_http(exporter):
     url, bodies = exporter
     # open (discovery), then polls at t=101..104, then the stop poll at t=105 (repeats the last body).
-    bodies += [body(400, 1e6, 0.5), body(400, 1.4e6, 0.5), body(400, 1.4e6, 0.5), "not prometheus {",
-               body(400, 2.6e6, 0.5)]
+    bodies += [
+        body(400, 1e6, 0.5),
+        body(400, 1.4e6, 0.5),
+        body(400, 1.4e6, 0.5),
+        "not prometheus {",
+        body(400, 2.6e6, 0.5),
+    ]
     now = [100.0]
     spec = TelemetrySpec(source="dcgm", dcgm_endpoints=("{base_url}/dcgm/metrics",))
     monitor = open_monitor(spec, gpus=[U0], base_url=url + "/", clock=lambda: now[0])
@@ -144,7 +157,7 @@ def test_unreachable_endpoint_at_open_names_the_url():
 def test_requested_gpu_missing_from_exporter(exporter):
     url, bodies = exporter
     bodies.append(body(100, 1, 0))
-    with pytest.raises(TelemetryError, match="GPU 5 .*not reported by dcgm-exporter"):
+    with pytest.raises(TelemetryError, match=r"GPU 5 .*not reported by dcgm-exporter"):
         DcgmSource([url], [5])
 
 

@@ -168,7 +168,7 @@ def test_counter_read_at_the_edges_gives_exact_energy_between_them(powers):
     # The counter is whole mJ.
     assert math.isclose(gpu.energy_j, truth, abs_tol=0.01)
     # Instant power is reported in whole mW, as NVML does: the percentiles are within 1 mW of the set powers.
-    assert min(powers + [300.0]) - 1e-3 <= gpu.power_p5_w <= gpu.power_p95_w <= max(powers + [300.0]) + 1e-3
+    assert min([*powers, 300.0]) - 1e-3 <= gpu.power_p5_w <= gpu.power_p95_w <= max([*powers, 300.0]) + 1e-3
     monitor.stop()
 
 

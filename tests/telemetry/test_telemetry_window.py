@@ -14,15 +14,15 @@ from perfgate.telemetry._window import summarize_gpu
 IDENT = GpuIdentity(index=3, uuid="GPU-aaaaaaaa-bbbb-cccc-dddd-0000deadbeef", name="Fake", power_limit_w=600.0)
 
 
-def trace(powers: list[float], dt: float = 0.1, *, energy_every: int = 1, t0: float = 50.0,
-          energy0: float = 1e4) -> list[GpuSample]:
+def trace(
+    powers: list[float], dt: float = 0.1, *, energy_every: int = 1, t0: float = 50.0, energy0: float = 1e4
+) -> list[GpuSample]:
     """Samples of a piecewise-constant power trace (power[i] holds on [t_i, t_i+1)); the energy
     counter is exact and read every ``energy_every`` samples (and at the last one)."""
     out, energy = [], energy0
     for i, p in enumerate(powers):
         read = i % energy_every == 0 or i == len(powers) - 1
-        out.append(GpuSample(t_s=t0 + i * dt, uuid=IDENT.uuid, power_instant_w=p,
-                             energy_j=energy if read else None))
+        out.append(GpuSample(t_s=t0 + i * dt, uuid=IDENT.uuid, power_instant_w=p, energy_j=energy if read else None))
         energy += p * dt
     return out
 
@@ -64,8 +64,10 @@ def test_constant_power_trace_means_that_power(power, n, every, edge):
 def test_counter_reset_uses_integrated_power_for_that_interval():
     samples = trace([400.0] * 21)
     # Driver reload between t[10] and t[11]: the counter restarts near zero.
-    samples[11:] = [GpuSample(t_s=s.t_s, uuid=s.uuid, power_instant_w=s.power_instant_w,
-                              energy_j=s.energy_j - 1e4 - 10 * 40.0) for s in samples[11:]]
+    samples[11:] = [
+        GpuSample(t_s=s.t_s, uuid=s.uuid, power_instant_w=s.power_instant_w, energy_j=s.energy_j - 1e4 - 10 * 40.0)
+        for s in samples[11:]
+    ]
     window, notes = summarize_gpu(IDENT, samples, [], samples[0].t_s, samples[-1].t_s)
     assert window.power_method == "energy_counter+integrated"
     assert math.isclose(window.mean_power_w, 400.0, rel_tol=1e-9)
@@ -91,10 +93,16 @@ def test_window_beyond_samples_reports_coverage():
 
 
 def test_activity_spans_are_overlap_weighted_and_throttle_counters_diffed():
-    spans = [ActivitySpan(0.0, 1.0, IDENT.uuid, {"tensor_util_pct": 90.0}),
-             ActivitySpan(1.0, 2.0, IDENT.uuid, {"tensor_util_pct": 30.0, "sm_util_pct": None})]
-    samples = [GpuSample(t_s=t, uuid=IDENT.uuid, power_instant_w=100.0, energy_j=100.0 * t,
-                         throttle_ns={"sw_power_cap": 0.5e9 * t}) for t in (0.0, 1.0, 2.0)]
+    spans = [
+        ActivitySpan(0.0, 1.0, IDENT.uuid, {"tensor_util_pct": 90.0}),
+        ActivitySpan(1.0, 2.0, IDENT.uuid, {"tensor_util_pct": 30.0, "sm_util_pct": None}),
+    ]
+    samples = [
+        GpuSample(
+            t_s=t, uuid=IDENT.uuid, power_instant_w=100.0, energy_j=100.0 * t, throttle_ns={"sw_power_cap": 0.5e9 * t}
+        )
+        for t in (0.0, 1.0, 2.0)
+    ]
     window, _ = summarize_gpu(IDENT, samples, spans, 0.5, 2.0)
     assert math.isclose(window.tensor_util_pct, (90 * 0.5 + 30 * 1.0) / 1.5)
     assert window.sm_util_pct is None
@@ -102,9 +110,16 @@ def test_activity_spans_are_overlap_weighted_and_throttle_counters_diffed():
 
 
 def gpu_window(index: int, power: float | None, tensor: float | None = None) -> GpuWindow:
-    return GpuWindow(index=index, uuid=f"GPU-0000-{index:08d}", name="Fake", mean_power_w=power,
-                     energy_j=None if power is None else power * 10, power_limit_w=600.0,
-                     limit_share=None if power is None else power / 600.0, tensor_util_pct=tensor)
+    return GpuWindow(
+        index=index,
+        uuid=f"GPU-0000-{index:08d}",
+        name="Fake",
+        mean_power_w=power,
+        energy_j=None if power is None else power * 10,
+        power_limit_w=600.0,
+        limit_share=None if power is None else power / 600.0,
+        tensor_util_pct=tensor,
+    )
 
 
 @given(st.floats(1, 1000), st.integers(1, 8))
@@ -115,8 +130,9 @@ def test_imbalance_is_zero_for_equal_gpus(power, n):
 
 
 def test_metrics_and_weakest_gpu_name_the_low_gpu():
-    window = TelemetryWindow(0.0, 10.0, "nvml",
-                             (gpu_window(0, 250.0, 40.0), gpu_window(1, 500.0, 80.0), gpu_window(2, None)))
+    window = TelemetryWindow(
+        0.0, 10.0, "nvml", (gpu_window(0, 250.0, 40.0), gpu_window(1, 500.0, 80.0), gpu_window(2, None))
+    )
     m = window.metrics()
     assert m["gpu_power_min_w"] == 250.0 and m["gpu_power_total_w"] == 750.0
     assert m["gpu_imbalance"] == (500 - 250) / 375

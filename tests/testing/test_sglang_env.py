@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from perfgate.testing._sglang_env import CUDA_ONLY, RECIPES, SGLangEnvError, find_sglang_env, recipe_for, server_requirements
+from perfgate.testing._sglang_env import (
+    CUDA_ONLY,
+    RECIPES,
+    SGLangEnvError,
+    find_sglang_env,
+    recipe_for,
+    server_requirements,
+)
 from perfgate.testing.sglang_env import main
 from tests.autotune.sglang_wheels import sglang_root
 
@@ -33,12 +41,18 @@ def test_requirements_are_sglangs_own_pins_minus_cuda_only_kernels(version: str)
 
 
 def test_a_release_whose_kernel_pin_changed_is_refused() -> None:
-    with pytest.raises(SGLangEnvError, match="requires sglang-kernel==0.4.10, but the recipe installs 0.4.9"):
+    with pytest.raises(
+        SGLangEnvError, match=re.escape("requires sglang-kernel==0.4.10, but the recipe installs 0.4.9")
+    ):
         server_requirements(metadata("0.5.23"), replace(recipe_for("0.5.23"), kernel="0.4.9"))
 
 
-def test_unknown_releases_and_unwritable_caches_get_one_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SGLangEnvError, match="no CPU recipe for SGLang '0.4.0': known releases are 0.5.12, 0.5.23"):
+def test_unknown_releases_and_unwritable_caches_get_one_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(
+        SGLangEnvError, match=re.escape("no CPU recipe for SGLang '0.4.0': known releases are 0.5.12, 0.5.23")
+    ):
         recipe_for("0.4.0")
     blocker = tmp_path / "file"
     blocker.write_text("")

@@ -13,14 +13,14 @@ import pytest
 
 pytest.importorskip("transformers", reason="needs the perfgate[tinymodel] extra")
 
-import torch  # noqa: E402
-import transformers  # noqa: E402
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-from safetensors.torch import load_file  # noqa: E402
+import torch
+import transformers
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from safetensors.torch import load_file
 
-from perfgate.errors import PerfgateError  # noqa: E402
-from perfgate.testing import (  # noqa: E402
+from perfgate.errors import PerfgateError
+from perfgate.testing import (
     CHAT_TEMPLATE,
     SPECIAL_TOKENS,
     banned_token_ids,
@@ -57,11 +57,35 @@ def tokenizer(model_dir: Path) -> transformers.PreTrainedTokenizerBase:
 
 
 def test_writes_a_safetensors_llama_with_the_tiny_shape(model_dir: Path) -> None:
-    assert {p.name for p in model_dir.iterdir()} >= {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}
+    assert {p.name for p in model_dir.iterdir()} >= {
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    }
     config = json.loads((model_dir / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLM"]
-    shape = {k: config[k] for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "head_dim", "intermediate_size", "max_position_embeddings", "vocab_size")}
-    assert shape == {"hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2, "head_dim": 64, "intermediate_size": 256, "max_position_embeddings": 4096, "vocab_size": 2048}
+    shape = {
+        k: config[k]
+        for k in (
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "head_dim",
+            "intermediate_size",
+            "max_position_embeddings",
+            "vocab_size",
+        )
+    }
+    assert shape == {
+        "hidden_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "head_dim": 64,
+        "intermediate_size": 256,
+        "max_position_embeddings": 4096,
+        "vocab_size": 2048,
+    }
     assert config["tie_word_embeddings"] is False
     weights = load_file(model_dir / "model.safetensors")
     assert {t.dtype for t in weights.values()} == {torch.float32}
@@ -88,7 +112,9 @@ def test_tokenizer_has_special_tokens_and_chatml_template(tokenizer: transformer
         tokenize=False,
         add_generation_prompt=True,
     )
-    assert rendered == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert (
+        rendered == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    )
     # Each ChatML marker is one token, not spelled out in pieces.
     encoded = tokenizer(rendered, add_special_tokens=False)["input_ids"]
     assert encoded.count(tokenizer.convert_tokens_to_ids("<|im_start|>")) == 3
@@ -102,7 +128,9 @@ def test_tokenizer_round_trips_any_text(tokenizer: transformers.PreTrainedTokeni
     assert tokenizer.decode(ids[1:], skip_special_tokens=False) == text
 
 
-def test_banned_head_rows_are_zero_but_for_the_ban_channel(model_dir: Path, tokenizer: transformers.PreTrainedTokenizerBase) -> None:
+def test_banned_head_rows_are_zero_but_for_the_ban_channel(
+    model_dir: Path, tokenizer: transformers.PreTrainedTokenizerBase
+) -> None:
     banned = banned_token_ids(tokenizer)
     assert tokenizer.eos_token_id in banned
     assert set(tokenizer.all_special_ids) <= set(banned)
@@ -132,9 +160,16 @@ def test_banned_tokens_can_never_be_sampled(model_dir: Path, tokenizer: transfor
 
 
 def test_bfloat16_and_custom_shape(tmp_path: Path) -> None:
-    out = build_tiny_model(tmp_path / "bf16", hidden_size=64, num_layers=1, num_heads=1, intermediate_size=128, dtype="bfloat16")
+    out = build_tiny_model(
+        tmp_path / "bf16", hidden_size=64, num_layers=1, num_heads=1, intermediate_size=128, dtype="bfloat16"
+    )
     config = json.loads((out / "config.json").read_text())
-    assert (config["hidden_size"], config["num_hidden_layers"], config["head_dim"], config["dtype"]) == (64, 1, 64, "bfloat16")
+    assert (config["hidden_size"], config["num_hidden_layers"], config["head_dim"], config["dtype"]) == (
+        64,
+        1,
+        64,
+        "bfloat16",
+    )
     assert {t.dtype for t in load_file(out / "model.safetensors").values()} == {torch.bfloat16}
 
 

@@ -19,7 +19,9 @@ def reps(metric: str, *values: float) -> list[dict[str, float]]:
 
 
 def test_failure_message_names_everything() -> None:
-    v = judge(WL, [TPUT], reps("output_throughput", 1121.4, 1100.0, 1130.0), reps("output_throughput", 1247.4, 1250.0, 1240.0))
+    v = judge(
+        WL, [TPUT], reps("output_throughput", 1121.4, 1100.0, 1130.0), reps("output_throughput", 1247.4, 1250.0, 1240.0)
+    )
     (m,) = v.metrics
     assert not v.passed and v.failures == (m,)
     assert (m.status, m.ok, m.noise_test) == ("fail", False, "mann-whitney")
@@ -42,7 +44,12 @@ def test_latency_rise_fails_from_above() -> None:
 
 
 def test_improvement_passes() -> None:
-    v = judge(WL, [TPUT, TPOT], [{"output_throughput": 2000.0, "mean_tpot_ms": 100.0}] * 3, [{"output_throughput": 1000.0, "mean_tpot_ms": 200.0}] * 3)
+    v = judge(
+        WL,
+        [TPUT, TPOT],
+        [{"output_throughput": 2000.0, "mean_tpot_ms": 100.0}] * 3,
+        [{"output_throughput": 1000.0, "mean_tpot_ms": 200.0}] * 3,
+    )
     assert v.passed
     assert [m.status for m in v.metrics] == ["pass", "pass"]
     assert "within limit" in v.metrics[0].message
@@ -57,7 +64,9 @@ def test_past_the_limit_inside_the_noise_is_inconclusive_never_pass() -> None:
     assert v.inconclusive == (m,) and v.failures == (m,)
     assert m.p_value is not None and m.p_value > 0.05
     assert m.limit == pytest.approx(950.0) and m.measured == 940.0
-    assert m.message.startswith("c1024-in256-out128: output_throughput 940.0 tok/s < limit 950.0 tok/s (baseline 1,000.0, -6.0%")
+    assert m.message.startswith(
+        "c1024-in256-out128: output_throughput 940.0 tok/s < limit 950.0 tok/s (baseline 1,000.0, -6.0%"
+    )
     assert "INCONCLUSIVE, the 3 vs 3 repeats cannot tell the change from noise" in m.message
     assert 'set [gate] inconclusive = "warn"' in m.message
     # As a warning the gate passes, and the message says it was only a warning.
@@ -67,7 +76,9 @@ def test_past_the_limit_inside_the_noise_is_inconclusive_never_pass() -> None:
 
 
 def test_within_the_limit_is_a_pass_whatever_the_noise() -> None:
-    v = judge(WL, [TPUT], reps("output_throughput", 960.0, 1010.0, 990.0), reps("output_throughput", 1000.0, 960.0, 1050.0))
+    v = judge(
+        WL, [TPUT], reps("output_throughput", 960.0, 1010.0, 990.0), reps("output_throughput", 1000.0, 960.0, 1050.0)
+    )
     assert v.passed and v.metrics[0].status == "pass" and not v.inconclusive
 
 
@@ -88,10 +99,14 @@ def test_two_repeats_use_the_test_when_alpha_allows() -> None:
 
 
 def test_ties_all_equal_pass_and_separated_ties_fail() -> None:
-    same = judge(WL, [TPUT], reps("output_throughput", 1000.0, 1000.0, 1000.0), reps("output_throughput", 1000.0, 1000.0, 1000.0))
+    same = judge(
+        WL, [TPUT], reps("output_throughput", 1000.0, 1000.0, 1000.0), reps("output_throughput", 1000.0, 1000.0, 1000.0)
+    )
     assert same.metrics[0].status == "pass" and same.metrics[0].p_value == 1.0
     # Deterministic simulator output: ties within each sample, none across.
-    drop = judge(WL, [TPUT], reps("output_throughput", 900.0, 900.0, 900.0), reps("output_throughput", 1000.0, 1000.0, 1000.0))
+    drop = judge(
+        WL, [TPUT], reps("output_throughput", 900.0, 900.0, 900.0), reps("output_throughput", 1000.0, 1000.0, 1000.0)
+    )
     assert drop.metrics[0].status == "fail" and drop.metrics[0].p_value == pytest.approx(0.05)
 
 
@@ -135,7 +150,9 @@ def test_floor_only_metric_needs_no_baseline() -> None:
 
 def test_floor_and_tolerance_both_reported_when_both_fail() -> None:
     rule = MetricRule("output_throughput", "higher", tolerance=0.05, floor=950.0)
-    v = judge(WL, [rule], reps("output_throughput", 900.0, 901.0, 902.0), reps("output_throughput", 1000.0, 1001.0, 1002.0))
+    v = judge(
+        WL, [rule], reps("output_throughput", 900.0, 901.0, 902.0), reps("output_throughput", 1000.0, 1001.0, 1002.0)
+    )
     assert "< limit 951.0 tok/s; < floor 950.0 tok/s" in v.metrics[0].message
 
 
@@ -165,14 +182,35 @@ tolerances = st.sampled_from([0.0, 0.01, 0.03, 0.05, 0.1])
 alphas = st.sampled_from([0.01, 0.05, 0.1, 0.2])
 
 
-@given(samples, st.lists(st.integers(500, 1000).map(float), min_size=1, max_size=6), tolerances, alphas, st.none() | st.integers(100, 1000).map(float))
+@given(
+    samples,
+    st.lists(st.integers(500, 1000).map(float), min_size=1, max_size=6),
+    tolerances,
+    alphas,
+    st.none() | st.integers(100, 1000).map(float),
+)
 def test_direction_symmetry(now: list[float], base: list[float], tol: float, alpha: float, floor: float | None) -> None:
     """A throughput drop fails exactly when the mirrored latency rise fails."""
     center = median(base)
-    mirror = lambda xs: [2 * center - x for x in xs]
-    up = judge(WL, [MetricRule("output_throughput", "higher", tol, floor=floor)], reps("output_throughput", *now), reps("output_throughput", *base), alpha=alpha)
+
+    def mirror(xs: list[float]) -> list[float]:
+        return [2 * center - x for x in xs]
+
+    up = judge(
+        WL,
+        [MetricRule("output_throughput", "higher", tol, floor=floor)],
+        reps("output_throughput", *now),
+        reps("output_throughput", *base),
+        alpha=alpha,
+    )
     ceiling = None if floor is None else 2 * center - floor
-    down = judge(WL, [MetricRule("mean_tpot_ms", "lower", tol, ceiling=ceiling)], reps("mean_tpot_ms", *mirror(now)), reps("mean_tpot_ms", *mirror(base)), alpha=alpha)
+    down = judge(
+        WL,
+        [MetricRule("mean_tpot_ms", "lower", tol, ceiling=ceiling)],
+        reps("mean_tpot_ms", *mirror(now)),
+        reps("mean_tpot_ms", *mirror(base)),
+        alpha=alpha,
+    )
     a, b = up.metrics[0], down.metrics[0]
     assert a.status == b.status
     assert a.p_value == b.p_value
@@ -181,8 +219,13 @@ def test_direction_symmetry(now: list[float], base: list[float], tol: float, alp
 
 
 @given(samples, samples, tolerances, alphas, st.data())
-def test_worse_measurement_never_turns_fail_into_pass(now: list[float], base: list[float], tol: float, alpha: float, data: st.DataObject) -> None:
-    for rule, sign in ((MetricRule("output_throughput", "higher", tol, floor=300.0), -1), (MetricRule("p99_tpot_ms", "lower", tol, ceiling=900.0), 1)):
+def test_worse_measurement_never_turns_fail_into_pass(
+    now: list[float], base: list[float], tol: float, alpha: float, data: st.DataObject
+) -> None:
+    for rule, sign in (
+        (MetricRule("output_throughput", "higher", tol, floor=300.0), -1),
+        (MetricRule("p99_tpot_ms", "lower", tol, ceiling=900.0), 1),
+    ):
         before = judge(WL, [rule], reps(rule.metric, *now), reps(rule.metric, *base), alpha=alpha).metrics[0]
         worse = list(now)
         for i in data.draw(st.sets(st.integers(0, len(now) - 1), min_size=1)):
@@ -194,5 +237,10 @@ def test_worse_measurement_never_turns_fail_into_pass(now: list[float], base: li
 
 @given(samples, tolerances)
 def test_identical_runs_always_pass(values: list[float], tol: float) -> None:
-    v = judge(WL, [TPUT, replace(TPOT, tolerance=tol)], [{"output_throughput": x, "mean_tpot_ms": x} for x in values], [{"output_throughput": x, "mean_tpot_ms": x} for x in values])
+    v = judge(
+        WL,
+        [TPUT, replace(TPOT, tolerance=tol)],
+        [{"output_throughput": x, "mean_tpot_ms": x} for x in values],
+        [{"output_throughput": x, "mean_tpot_ms": x} for x in values],
+    )
     assert v.passed

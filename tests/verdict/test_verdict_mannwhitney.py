@@ -19,7 +19,9 @@ def brute_force_less(a: list[int], b: list[int]) -> Fraction:
     m, n = len(a), len(b)
     observed = sum(1 for x in a for y in b if x >= y)
     splits = list(itertools.combinations(range(m + n), m))
-    hits = sum(1 for ranks in splits if sum(1 for r in ranks for s in range(m + n) if s not in ranks and r > s) <= observed)
+    hits = sum(
+        1 for ranks in splits if sum(1 for r in ranks for s in range(m + n) if s not in ranks and r > s) <= observed
+    )
     return Fraction(hits, len(splits))
 
 

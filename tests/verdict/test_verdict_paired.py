@@ -11,7 +11,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from perfgate._stats import median
-from perfgate.verdict import MetricRule, binomial_half_cdf, judge_paired, median_interval, sign_test_min_rounds, sign_test_p
+from perfgate.verdict import (
+    MetricRule,
+    binomial_half_cdf,
+    judge_paired,
+    median_interval,
+    sign_test_min_rounds,
+    sign_test_p,
+)
 
 WL = "c64-in256-out128"
 TPUT = MetricRule("output_throughput", "higher", tolerance=0.03)
@@ -29,7 +36,9 @@ def test_regression_fails_naming_ratio_rounds_test_and_interval() -> None:
     (m,) = v.metrics
     assert (m.status, m.ok, m.noise_test, m.n_pairs, m.rounds_worse) == ("fail", False, "sign-test", 6, 6)
     assert not v.passed and v.failures == (m,)
-    assert m.median_ratio == pytest.approx(median([bv / av for av, bv in zip([100, 101, 99, 100.5, 100, 99.5], [95, 96, 94, 95.5, 95.2, 94.8])]))
+    assert m.median_ratio == pytest.approx(
+        median([bv / av for av, bv in zip([100, 101, 99, 100.5, 100, 99.5], [95, 96, 94, 95.5, 95.2, 94.8])])
+    )
     assert m.limit_ratio == pytest.approx(0.97)
     assert m.p_value == pytest.approx(1 / 64)
     assert m.ci_coverage == pytest.approx(1 - 2 / 64)
@@ -45,12 +54,17 @@ def test_latency_rise_fails_from_above() -> None:
     b = runs("mean_tpot_ms", 21.0, 21.1, 20.9, 21.2, 21.0, 21.05)
     (m,) = judge_paired(WL, [TPOT], a, b).metrics
     assert m.status == "fail" and m.limit_ratio == pytest.approx(1.03)
-    assert m.message.startswith("c64-in256-out128: mean_tpot_ms B/A 1.051 (+5.1%: B 21.02 ms vs A 20.00 ms) > limit 1.030")
+    assert m.message.startswith(
+        "c64-in256-out128: mean_tpot_ms B/A 1.051 (+5.1%: B 21.02 ms vs A 20.00 ms) > limit 1.030"
+    )
 
 
 def test_improvement_and_no_change_pass() -> None:
     a = runs("output_throughput", *[100.0] * 6)
-    for b in (runs("output_throughput", *[120.0] * 6), runs("output_throughput", 99.0, 101.0, 100.0, 99.5, 100.5, 100.0)):
+    for b in (
+        runs("output_throughput", *[120.0] * 6),
+        runs("output_throughput", 99.0, 101.0, 100.0, 99.5, 100.5, 100.0),
+    ):
         (m,) = judge_paired(WL, [TPUT], a, b).metrics
         assert (m.status, m.ok) == ("pass", True)
         assert "within limit 0.970" in m.message
@@ -65,7 +79,10 @@ def test_past_the_limit_inside_the_noise_is_inconclusive_never_pass() -> None:
     assert (m.status, m.ok, m.rounds_worse) == ("inconclusive", False, 4)
     assert v.inconclusive == (m,) and not v.passed
     assert m.p_value == pytest.approx(sign_test_p(4, 6)) and m.p_value > 0.05
-    assert "INCONCLUSIVE, the 6 rounds cannot tell the change from noise (p > alpha 0.05); failing: run more rounds" in m.message
+    assert (
+        "INCONCLUSIVE, the 6 rounds cannot tell the change from noise (p > alpha 0.05); failing: run more rounds"
+        in m.message
+    )
     (w,) = judge_paired(WL, [TPUT], a, b, inconclusive="warn").metrics
     assert (w.status, w.ok) == ("inconclusive", True)
     assert 'a warning only ([gate] inconclusive = "warn")' in w.message
@@ -80,11 +97,16 @@ def test_too_few_rounds_fall_back_to_the_tolerance_alone() -> None:
 
 
 def test_floor_and_ceiling_hold_b_whatever_a_did() -> None:
-    rules = [MetricRule("gpu_power_min_w", "higher", tolerance=0.10, floor=150.0), MetricRule("p99_tpot_ms", "lower", ceiling=30.0)]
+    rules = [
+        MetricRule("gpu_power_min_w", "higher", tolerance=0.10, floor=150.0),
+        MetricRule("p99_tpot_ms", "lower", ceiling=30.0),
+    ]
     a = [{"gpu_power_min_w": 140.0, "p99_tpot_ms": 31.0}] * 6
     (power, p99) = judge_paired(WL, rules, a, a).metrics
     assert (power.status, p99.status) == ("fail", "fail")
-    assert power.message.startswith("c64-in256-out128: gpu_power_min_w B/A 1.000 (+0.0%: B 140.0 W vs A 140.0 W) B's median 140.0 W < floor 150.0 W")
+    assert power.message.startswith(
+        "c64-in256-out128: gpu_power_min_w B/A 1.000 (+0.0%: B 140.0 W vs A 140.0 W) B's median 140.0 W < floor 150.0 W"
+    )
     assert "B's median 31.00 ms > ceiling 30.00 ms" in p99.message
     assert p99.limit_ratio is None and "tolerance" not in p99.message
 
@@ -96,7 +118,11 @@ def test_rounds_without_a_pair_are_left_out_and_one_sided_metrics_never_pass() -
     assert m.n_pairs == 5 and m.ratios == (1.0, None, None, None, 1.0, 1.0, 1.0, 1.0)
     (m,) = judge_paired(WL, [TPUT], runs("output_throughput", 1.0, 1.0), [{}, {}]).metrics
     assert (m.status, m.ok) == ("unpaired", False)
-    assert m.message == "c64-in256-out128: output_throughput was measured in A's runs but not in B's; nothing to compare, so it cannot pass"
+    assert (
+        m.message
+        == "c64-in256-out128: output_throughput was measured in A's runs but not in B's; nothing to compare, so it "
+        "cannot pass"
+    )
     (m,) = judge_paired(WL, [TPUT], [{}, None], [None, {}]).metrics
     assert (m.status, m.ok) == ("not-measured", True)
 
@@ -140,7 +166,9 @@ def test_interval_holds_the_median_and_its_coverage_is_exact(values: list[float]
 
 
 @given(st.lists(st.floats(0.8, 1.2), min_size=1, max_size=14), st.sampled_from(["higher", "lower"]))
-def test_significant_exactly_when_the_good_side_bound_is_on_the_bad_side_of_one(ratios: list[float], direction: str) -> None:
+def test_significant_exactly_when_the_good_side_bound_is_on_the_bad_side_of_one(
+    ratios: list[float], direction: str
+) -> None:
     rule = MetricRule("output_throughput" if direction == "higher" else "mean_tpot_ms", direction, tolerance=0.0)  # type: ignore[arg-type]
     (m,) = judge_paired(WL, [rule], [{rule.metric: 1.0}] * len(ratios), [{rule.metric: r} for r in ratios]).metrics
     if m.noise_test != "sign-test":

@@ -26,7 +26,9 @@ def test_default_gate_gates_the_default_tolerances() -> None:
 
 
 def test_union_of_tolerances_floors_ceilings_with_workload_overrides() -> None:
-    gate = GateSpec(tolerance={"output_throughput": 0.05}, floors={"output_throughput": 100.0}, ceilings={"p99_ttft_ms": 900.0})
+    gate = GateSpec(
+        tolerance={"output_throughput": 0.05}, floors={"output_throughput": 100.0}, ceilings={"p99_ttft_ms": 900.0}
+    )
     wl = Workload(
         name="w",
         num_prompts=8,
@@ -80,15 +82,27 @@ def test_slo_metrics_apply_where_there_is_an_slo_and_fail_loudly_where_set_witho
     assert "goodput" in {r.metric for r in rules_for(gate, with_slo)}
     # [gate] rules reach the workloads that can measure them; the others measure no goodput.
     assert "goodput" not in {r.metric for r in rules_for(gate, WL)}
-    own = Workload(name="plain", num_prompts=8, concurrency=8, input_len=16, output_len=16, floors={"slo_attainment_pct": 90.0})
-    with pytest.raises(ValueError, match=r"\[\[workload\]\] 'plain' floors: slo_attainment_pct counts the requests that "
-                                         r"meet the workload's SLO, and 'plain' has none; add e.g. slo = "):
+    own = Workload(
+        name="plain", num_prompts=8, concurrency=8, input_len=16, output_len=16, floors={"slo_attainment_pct": 90.0}
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"\[\[workload\]\] 'plain' floors: slo_attainment_pct counts the requests that "
+        r"meet the workload's SLO, and 'plain' has none; add e.g. slo = ",
+    ):
         rules_for(GateSpec(), own)
 
 
 def test_capacity_is_a_sweeps_rule_never_a_workloads() -> None:
-    point = Workload(name="s@c8", num_prompts=8, concurrency=8, input_len=16, output_len=16, slo=Slo(tpot_ms=50),
-                     floors={"capacity": 64.0})
+    point = Workload(
+        name="s@c8",
+        num_prompts=8,
+        concurrency=8,
+        input_len=16,
+        output_len=16,
+        slo=Slo(tpot_ms=50),
+        floors={"capacity": 64.0},
+    )
     assert "capacity" not in {r.metric for r in rules_for(GateSpec(), point, in_sweep=True)}
     assert capacity_rule(GateSpec(), point) == MetricRule("capacity", "higher", DEFAULT_CAPACITY_TOLERANCE, floor=64.0)
     assert capacity_rule(GateSpec(tolerance={"capacity": 0.0}), WL).tolerance == 0.0
@@ -96,11 +110,21 @@ def test_capacity_is_a_sweeps_rule_never_a_workloads() -> None:
         rules_for(GateSpec(), point)
 
 
-@pytest.mark.parametrize("metric, direction", [
-    ("goodput", "higher"), ("slo_attainment_pct", "higher"), ("slo_ttft_attainment_pct", "higher"), ("capacity", "higher"),
-    ("server_cache_hit_rate", "higher"), ("server_gen_throughput", "higher"), ("server_reported_gen_throughput", "higher"),
-    ("server_running_reqs_mean", "higher"), ("server_queue_reqs_mean", "lower"), ("server_token_usage_mean", "lower"),
-])
+@pytest.mark.parametrize(
+    "metric, direction",
+    [
+        ("goodput", "higher"),
+        ("slo_attainment_pct", "higher"),
+        ("slo_ttft_attainment_pct", "higher"),
+        ("capacity", "higher"),
+        ("server_cache_hit_rate", "higher"),
+        ("server_gen_throughput", "higher"),
+        ("server_reported_gen_throughput", "higher"),
+        ("server_running_reqs_mean", "higher"),
+        ("server_queue_reqs_mean", "lower"),
+        ("server_token_usage_mean", "lower"),
+    ],
+)
 def test_every_new_gateable_name_is_known_with_its_direction(metric, direction) -> None:
     check_metric_name(metric)
     assert direction_of(metric) == direction

@@ -57,7 +57,7 @@ def _why_not(summary: AbSummary, workload: AbWorkload, reason: str | None) -> st
         return workload.problems[0]
     if workload.status != "pass" and not reason:
         failed = ", ".join(m.metric for m in workload.verdict.failures) if workload.verdict else ""
-        return f"B did not pass the A/B ({workload.status.upper()}: {failed}); --reason \"why\" records it anyway"
+        return f'B did not pass the A/B ({workload.status.upper()}: {failed}); --reason "why" records it anyway'
     return ""
 
 
@@ -89,5 +89,9 @@ def accept_candidate(summary: AbSummary, store: BaselineStore, b_profile: Profil
         except BaselineError as e:
             out.append(replace(w, baseline_note=f"not recorded: {e}"))
             continue
-        out.append(replace(w, recorded=True, baseline_path=str(path), baseline_note="; ".join(["recorded", *store.take_notes()])))
+        out.append(
+            replace(
+                w, recorded=True, baseline_path=str(path), baseline_note="; ".join(["recorded", *store.take_notes()])
+            )
+        )
     return replace(summary, workloads=tuple(out))

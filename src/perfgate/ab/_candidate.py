@@ -54,7 +54,10 @@ def parse_env(items: Iterable[str], option: str = "--candidate-env") -> dict[str
     for item in items:
         name, eq, value = item.partition("=")
         if not eq or not _ENV_NAME.match(name):
-            raise PerfgateError(f"{option} {item!r}: expected NAME=VALUE with NAME a variable name, e.g. {option} PERFGATE_SIM_SLOWDOWN=1.05")
+            raise PerfgateError(
+                f"{option} {item!r}: expected NAME=VALUE with NAME a variable name, e.g. {option} "
+                "PERFGATE_SIM_SLOWDOWN=1.05"
+            )
         env[name] = value
     return env
 
@@ -64,7 +67,9 @@ def parse_args(text: str, option: str = "--candidate-args") -> tuple[str, ...]:
     try:
         return tuple(shlex.split(text))
     except ValueError as e:
-        raise PerfgateError(f"{option} {text!r}: {e}; quote the flags as for a shell, e.g. {option} \"--foo 1 --bar\"") from None
+        raise PerfgateError(
+            f'{option} {text!r}: {e}; quote the flags as for a shell, e.g. {option} "--foo 1 --bar"'
+        ) from None
 
 
 def _check_python(python: str, option: str) -> str:
@@ -86,7 +91,7 @@ def variants(profile: Profile, candidate: Candidate, option_prefix: str = "--can
     if candidate.empty:
         raise PerfgateError(
             f"no candidate: give what B changes with {option_prefix}python PY (another environment), "
-            f"{option_prefix}env NAME=VALUE or {option_prefix}args \"FLAGS\""
+            f'{option_prefix}env NAME=VALUE or {option_prefix}args "FLAGS"'
         )
     if spec.kind == "attach":
         raise PerfgateError(
@@ -98,7 +103,8 @@ def variants(profile: Profile, candidate: Candidate, option_prefix: str = "--can
         b_python = _check_python(candidate.python, f"{option_prefix}python")
         if spec.kind == "command" and not any("{python}" in part for part in spec.command):
             raise PerfgateError(
-                f"profile {profile.path}: [server] command does not use {{python}}, so {option_prefix}python would change "
+                f"profile {profile.path}: [server] command does not use {{python}}, so {option_prefix}python would "
+                "change "
                 'nothing; write it as ["{python}", "-m", ...] or give the change with '
                 f"{option_prefix}env / {option_prefix}args"
             )
@@ -110,5 +116,7 @@ def variants(profile: Profile, candidate: Candidate, option_prefix: str = "--can
         args=(*spec.args, *candidate.args),
     )
     a = Variant("A", profile, a_python)
-    b = Variant("B", replace(profile, server=b_spec), b_spec.python or sys.executable, dict(candidate.env), candidate.args)
+    b = Variant(
+        "B", replace(profile, server=b_spec), b_spec.python or sys.executable, dict(candidate.env), candidate.args
+    )
     return a, b

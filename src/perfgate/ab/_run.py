@@ -58,7 +58,9 @@ class AbOptions:
         if self.max_rounds is not None and self.max_rounds < self.rounds:
             raise PerfgateError(f"--max-rounds {self.max_rounds}: expected at least --rounds ({self.rounds})")
         if self.reason is not None and not self.accept_candidate:
-            raise PerfgateError("--reason only applies with --accept-candidate (it is stored with the accepted baselines)")
+            raise PerfgateError(
+                "--reason only applies with --accept-candidate (it is stored with the accepted baselines)"
+            )
         if self.reason is not None and not self.reason.strip():
             raise PerfgateError("--reason is empty; say why B's numbers are accepted")
         if self.lock_wait_s < 0:
@@ -116,7 +118,9 @@ class _Rounds:
                 except PerfgateError as e:
                     # A variant that cannot boot or run will not do better in the next round.
                     self.stopped = f"round {round_}, {label} ({variant.role}), workload {w.name}: {e}"
-                    self.runs.setdefault(w.name, []).append(AbRun(round_, label, session.results[w.name], w.max_error_rate))
+                    self.runs.setdefault(w.name, []).append(
+                        AbRun(round_, label, session.results[w.name], w.max_error_rate)
+                    )
                     self.on_event(f"round {round_}/{planned} {label}: {w.name}: stopped: {str(e).splitlines()[0]}")
                     break
                 run = AbRun(round_, label, result, w.max_error_rate)
@@ -134,14 +138,18 @@ class _Rounds:
         if any(r.problems for r in runs):
             return ""
         by = {(r.round, r.variant): r.values for r in runs}
-        valid = sum(1 for (n, label), v in by.items() if label == "A" and v is not None and by.get((n, "B")) is not None)
+        valid = sum(
+            1 for (n, label), v in by.items() if label == "A" and v is not None and by.get((n, "B")) is not None
+        )
         if valid < planned:
             return f"{valid} of {planned} rounds valid"
         if verdict is not None and any(not m.ok for m in verdict.inconclusive):
             return "inconclusive"
         return ""
 
-    def verdict(self, workload: Workload, rules: Sequence[MetricRule], profile: Profile) -> WorkloadVerdict[PairedMetricVerdict] | None:
+    def verdict(
+        self, workload: Workload, rules: Sequence[MetricRule], profile: Profile
+    ) -> WorkloadVerdict[PairedMetricVerdict] | None:
         by = {(r.round, r.variant): r for r in self.runs.get(workload.name, [])}
         numbers = sorted({n for n, _ in by})
         if not numbers:
@@ -150,12 +158,18 @@ class _Rounds:
         b = [by[(n, "B")].values if (n, "B") in by else None for n in numbers]
         if not any(x is not None and y is not None for x, y in zip(a, b)):
             return None
-        return judge_paired(workload.name, rules, a, b, alpha=profile.gate.alpha, inconclusive=profile.gate.inconclusive)
+        return judge_paired(
+            workload.name, rules, a, b, alpha=profile.gate.alpha, inconclusive=profile.gate.inconclusive
+        )
 
 
 def _headline(run: AbRun) -> str:
     values = run.result.repeats[0].flat_metrics() if run.result.repeats else {}
-    parts = [f"{values[k]:,.1f} {unit}" for k, unit in (("output_throughput", "output tok/s"), ("mean_tpot_ms", "ms mean TPOT")) if k in values]
+    parts = [
+        f"{values[k]:,.1f} {unit}"
+        for k, unit in (("output_throughput", "output tok/s"), ("mean_tpot_ms", "ms mean TPOT"))
+        if k in values
+    ]
     if run.result.invalid_reasons:
         parts.append("INVALID: " + run.result.invalid_reasons[0])
     return ", ".join(parts) or "no metrics"
@@ -245,7 +259,14 @@ def run_ab(
     for w in workloads:
         runs = tuple(rounds.runs.get(w.name, []))
         results.append(
-            AbWorkload(w.name, rules[w.name], runs, verdicts[w.name], planned=options.rounds, fingerprint_note=_fingerprint_note(runs))
+            AbWorkload(
+                w.name,
+                rules[w.name],
+                runs,
+                verdicts[w.name],
+                planned=options.rounds,
+                fingerprint_note=_fingerprint_note(runs),
+            )
         )
     summary = AbSummary(
         profile_name=profile.name,

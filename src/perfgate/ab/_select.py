@@ -17,7 +17,10 @@ from perfgate.errors import PerfgateError
 from perfgate.profile import Profile, Workload
 
 # pytest < 8.4 raised its own ParseError (``.message``); later ones SyntaxError (``.msg``).
-_REFUSED: tuple[type[Exception], ...] = (SyntaxError, *((_expression.ParseError,) if hasattr(_expression, "ParseError") else ()))
+_REFUSED: tuple[type[Exception], ...] = (
+    SyntaxError,
+    *((_expression.ParseError,) if hasattr(_expression, "ParseError") else ()),
+)
 
 
 def select_workloads(profile: Profile, expression: str) -> tuple[Workload, ...]:
@@ -31,12 +34,16 @@ def select_workloads(profile: Profile, expression: str) -> tuple[Workload, ...]:
         compiled = _expression.Expression.compile(expression)
     except _REFUSED as e:
         why = getattr(e, "msg", None) or getattr(e, "message", None) or str(e)
-        raise PerfgateError(f"-k {expression!r}: not a keyword expression ({why}); e.g. -k \"c64 or c1024\", -k \"not c1024\"") from None
+        raise PerfgateError(
+            f'-k {expression!r}: not a keyword expression ({why}); e.g. -k "c64 or c1024", -k "not c1024"'
+        ) from None
     try:
         selected = tuple(w for w in profile.workloads if compiled.evaluate(KeywordMatcher(frozenset({w.name}))))
     except UsageError as e:
         raise PerfgateError(f"-k {expression!r}: {e}") from None
     if not selected:
         names = ", ".join(w.name for w in profile.workloads)
-        raise PerfgateError(f"-k {expression!r} selects no workload of profile {profile.path}; its workloads are {names}")
+        raise PerfgateError(
+            f"-k {expression!r} selects no workload of profile {profile.path}; its workloads are {names}"
+        )
     return selected

@@ -128,7 +128,11 @@ class AbWorkload:
     @property
     def valid_rounds(self) -> int:
         """Rounds in which both variants' runs count (neither stopped, invalid nor discarded)."""
-        return sum(1 for _, a, b in self.rounds() if a is not None and b is not None and a.values is not None and b.values is not None)
+        return sum(
+            1
+            for _, a, b in self.rounds()
+            if a is not None and b is not None and a.values is not None and b.values is not None
+        )
 
     @property
     def discarded(self) -> list[str]:
@@ -144,7 +148,16 @@ class AbWorkload:
     @property
     def discard_advice(self) -> str:
         """What to do about the runs the client paced ("" when none was)."""
-        return next((rep.load.client.advice for r in self.runs if r.discarded for rep in r.result.repeats if not rep.load.client.valid), "")
+        return next(
+            (
+                rep.load.client.advice
+                for r in self.runs
+                if r.discarded
+                for rep in r.result.repeats
+                if not rep.load.client.valid
+            ),
+            "",
+        )
 
     @property
     def problems(self) -> list[str]:

@@ -78,7 +78,9 @@ class Baseline:
             raise BaselineError(f"baseline {source}: expected a JSON object at the top level; {FIX_HINT}")
         version = data.get("schema_version", 0)
         if not isinstance(version, int) or isinstance(version, bool) or version < 0:
-            raise BaselineError(f"baseline {source}: schema_version must be a whole number, got {version!r}; {FIX_HINT}")
+            raise BaselineError(
+                f"baseline {source}: schema_version must be a whole number, got {version!r}; {FIX_HINT}"
+            )
         if version > SCHEMA_VERSION:
             raise NewerSchemaError(
                 f"baseline {source}: written by a newer perfgate (schema {version}; this perfgate reads up to "
@@ -91,7 +93,9 @@ class Baseline:
             return cls._from_current(data, source)
         except (KeyError, TypeError, ValueError) as e:
             what = f"missing key {e}" if isinstance(e, KeyError) else str(e)
-            raise BaselineError(f"baseline {source}: not a valid schema {version} baseline ({what}); {FIX_HINT}") from None
+            raise BaselineError(
+                f"baseline {source}: not a valid schema {version} baseline ({what}); {FIX_HINT}"
+            ) from None
 
     @classmethod
     def _from_current(cls, data: Mapping[str, Any], source: Path) -> Baseline:

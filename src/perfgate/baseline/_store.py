@@ -169,7 +169,7 @@ class BaselineStore:
                             f"baseline {path}: refusing to replace the stored baseline with worse numbers: "
                             + "; ".join(regressions)
                             + ". Rerun to check it was noise, or accept the change on purpose with "
-                            f"{accept_option}=\"why\""
+                            f'{accept_option}="why"'
                         )
                     if accept_regression:
                         provenance["accepted_regression"] = {
@@ -183,7 +183,9 @@ class BaselineStore:
                 try:
                     text = stored.to_json()
                 except (TypeError, ValueError) as e:
-                    raise BaselineError(f"baseline {path}: cannot be saved, its telemetry or provenance is not JSON: {e}") from None
+                    raise BaselineError(
+                        f"baseline {path}: cannot be saved, its telemetry or provenance is not JSON: {e}"
+                    ) from None
                 _write_atomic(path, text)
                 if current is not None and current.source is not None and current.source != path:
                     # The same fingerprint under an old file name (renamed or migrated): keep one file.
@@ -195,7 +197,6 @@ class BaselineStore:
                 "perfgate run is updating baselines. If none is, delete the lock file"
             ) from None
         return path
-
 
     def take_notes(self) -> list[str]:
         """What the store did on its own since the last call (files moved aside)."""

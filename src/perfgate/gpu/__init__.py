@@ -19,7 +19,15 @@ Usage::
 """
 
 from perfgate.gpu._hardware import Hardware, cpu_description, host_without_gpus
-from perfgate.gpu._identity import GpuId, UnknownGpu, all_gpus, device_handle, p2p_read_status, resolve_gpu, resolve_gpus
+from perfgate.gpu._identity import (
+    GpuId,
+    UnknownGpu,
+    all_gpus,
+    device_handle,
+    p2p_read_status,
+    resolve_gpu,
+    resolve_gpus,
+)
 from perfgate.gpu._nvml import NvmlUnavailable, init_nvml, load_nvml, nvml_session, query
 
 __all__ = [

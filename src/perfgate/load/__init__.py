@@ -1,4 +1,5 @@
-"""Load: seeded prompts (random, shared-prefix, ShareGPT, multi-turn), pacing, and a streaming client that measures itself.
+"""Load: seeded prompts (random, shared-prefix, ShareGPT, multi-turn), pacing, and a streaming
+client that measures itself.
 
 The modules, in the order a repeat runs through them: ``_dataset`` (prompts and arrival
 times), ``_backends`` (each API's request body and chunk format), ``_stream`` (one request,

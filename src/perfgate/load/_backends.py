@@ -194,7 +194,7 @@ class _OpenAIBackend(Backend):
         if not isinstance(choices, list):
             raise ValueError(f"choices is a {type(choices).__name__}, expected a list")
         content = False
-        for choice in map(lambda c: _object(c, "a choice"), choices):
+        for choice in (_object(c, "a choice") for c in choices):
             content |= bool(self._content(choice))
             if choice.get("finish_reason"):
                 state.finish_reason = choice["finish_reason"]
@@ -258,6 +258,4 @@ class OpenAIChatBackend(_OpenAIBackend):
         return delta.get("content") or delta.get("reasoning_content") or ""
 
 
-BACKENDS: dict[str, type[Backend]] = {
-    b.name: b for b in (SGLangBackend, OpenAICompletionsBackend, OpenAIChatBackend)
-}
+BACKENDS: dict[str, type[Backend]] = {b.name: b for b in (SGLangBackend, OpenAICompletionsBackend, OpenAIChatBackend)}

@@ -5,8 +5,9 @@ draws ids uniformly; ``shared-prefix`` gives each of ``num_groups`` groups one s
 (the same in every repeat and in the warmup, as a deployment's system prompts are) followed
 by a fresh question per request; ``sharegpt`` reads the first two turns of conversations
 from a local file with bench_serving's filters; ``multi-turn`` gives chat sessions whose turn k
-resends the session's k-1 earlier user messages and replies, then a new user message. Lengths follow the workload's distribution:
-uniform in [range_ratio x len, len] (bench_serving's), normal, lognormal or a histogram.
+resends the session's k-1 earlier user messages and replies, then a new user message. Lengths
+follow the workload's distribution: uniform in [range_ratio x len, len] (bench_serving's),
+normal, lognormal or a histogram.
 """
 
 from __future__ import annotations
@@ -96,7 +97,9 @@ def text_to_ids(text: str, id_range: tuple[int, int] = DEFAULT_TOKEN_ID_RANGE) -
 
 def _rng(workload: Workload, seed_offset: int, stream: str = "") -> random.Random:
     # Python seeds str deterministically (sha512), unlike hash().
-    return random.Random(f"{workload.seed * 1_000_003 + seed_offset}/{stream}" if stream else workload.seed * 1_000_003 + seed_offset)
+    return random.Random(
+        f"{workload.seed * 1_000_003 + seed_offset}/{stream}" if stream else workload.seed * 1_000_003 + seed_offset
+    )
 
 
 def draw_length(rng: random.Random, n: int, range_ratio: float, dist: LengthDist | None) -> int:
@@ -140,8 +143,10 @@ def system_prompts(workload: Workload) -> list[list[int]]:
     """The shared-prefix groups' system prompts: from the seed alone, the same in every repeat."""
     rng = _rng(workload, 0, "system-prompts")
     lo, hi = workload.token_id_range or DEFAULT_TOKEN_ID_RANGE
-    lengths = [max(1, rng.randint(int(workload.system_prompt_len * workload.range_ratio), workload.system_prompt_len))
-               for _ in range(workload.num_groups)]
+    lengths = [
+        max(1, rng.randint(int(workload.system_prompt_len * workload.range_ratio), workload.system_prompt_len))
+        for _ in range(workload.num_groups)
+    ]
     return [[rng.randrange(lo, hi) for _ in range(n)] for n in lengths]
 
 
@@ -205,20 +210,30 @@ def _turn_text(turn: object) -> str | None:
 
 
 @functools.lru_cache(maxsize=4)
-def _read_sharegpt(path: str, id_range: tuple[int, int], _stamp: tuple[float, int]) -> tuple[tuple[_Conversation, ...], str]:
+def _read_sharegpt(
+    path: str, id_range: tuple[int, int], _stamp: tuple[float, int]
+) -> tuple[tuple[_Conversation, ...], str]:
     """Every conversation of a ShareGPT file with at least two turns, as (prompt, answer) of its first
     two (bench_serving's rule), tokenized once; and the file's sha256. ``_stamp`` (mtime, size)
     makes an edited file read again."""
     try:
         raw = Path(path).read_bytes()
     except OSError as e:
-        raise LoadError(f"dataset_path {path}: cannot be read ({e.strerror or e}); point dataset_path at a local ShareGPT JSON file") from None
+        raise LoadError(
+            f"dataset_path {path}: cannot be read ({e.strerror or e}); point dataset_path at a local ShareGPT JSON file"
+        ) from None
     try:
         data = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise LoadError(f"dataset_path {path}: not valid JSON ({e}); expected ShareGPT's format, a list of {{\"conversations\": [{{\"from\": ..., \"value\": ...}}, ...]}}") from None
+        raise LoadError(
+            f"dataset_path {path}: not valid JSON ({e}); expected ShareGPT's format, a list of "
+            f'{{"conversations": [{{"from": ..., "value": ...}}, ...]}}'
+        ) from None
     if not isinstance(data, list):
-        raise LoadError(f"dataset_path {path}: expected a JSON list of conversations (ShareGPT's format), got a {type(data).__name__}")
+        raise LoadError(
+            f"dataset_path {path}: expected a JSON list of conversations (ShareGPT's format), got a "
+            f"{type(data).__name__}"
+        )
     out = []
     for item in data:
         turns = item.get("conversations", item.get("conversation", [])) if isinstance(item, dict) else []
@@ -236,7 +251,10 @@ def _sharegpt_file(workload: Workload) -> tuple[tuple[_Conversation, ...], str]:
     try:
         st = os.stat(path)
     except OSError as e:
-        raise LoadError(f"workload {workload.name}: dataset_path {path}: {e.strerror or e}; point dataset_path at a local ShareGPT JSON file (nothing is downloaded)") from None
+        raise LoadError(
+            f"workload {workload.name}: dataset_path {path}: {e.strerror or e}; point dataset_path at a local "
+            "ShareGPT JSON file (nothing is downloaded)"
+        ) from None
     try:
         return _read_sharegpt(path, workload.token_id_range or DEFAULT_TOKEN_ID_RANGE, (st.st_mtime, st.st_size))
     except LoadError as e:

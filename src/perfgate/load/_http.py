@@ -64,8 +64,19 @@ class _Exchange:
     """One request and its response on a connection."""
 
     __slots__ = (
-        "sink", "future", "status", "keep_alive", "server_closes", "framed", "buffer", "received", "over",
-        "last_s", "now", "timer", "encoding",
+        "buffer",
+        "encoding",
+        "framed",
+        "future",
+        "keep_alive",
+        "last_s",
+        "now",
+        "over",
+        "received",
+        "server_closes",
+        "sink",
+        "status",
+        "timer",
     )
 
     def __init__(self, sink: Sink | None, future: asyncio.Future[Response], now: float) -> None:
@@ -157,7 +168,10 @@ class _Connection(asyncio.Protocol):
         ex.keep_alive = not ex.server_closes and self.pool.keep_alive
         if ex.encoding and ex.status == 200 and ex.sink is not None:
             encoding = ex.encoding.decode(errors="replace")
-            raise HTTPFailure("protocol", f"the stream is encoded (Content-Encoding: {encoding}) although the client asked for identity")
+            raise HTTPFailure(
+                "protocol",
+                f"the stream is encoded (Content-Encoding: {encoding}) although the client asked for identity",
+            )
 
     def on_body(self, body: bytes) -> None:
         ex = self.exchange
@@ -243,7 +257,9 @@ class Pool:
     request asks for ``Connection: close`` and gets a connection of its own.
     """
 
-    def __init__(self, base_url: str, headers: Mapping[str, str], *, keep_alive: bool, connect_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, base_url: str, headers: Mapping[str, str], *, keep_alive: bool, connect_timeout_s: float = 30.0
+    ) -> None:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http:// or https:// URL: {base_url!r}")

@@ -29,7 +29,9 @@ def _uvloop() -> Any:
         import uvloop
     except ImportError:
         if wanted == "uvloop":
-            raise LoadError("PERFGATE_EVENT_LOOP=uvloop but uvloop is not installed: pip install 'perfgate[fast]'") from None
+            raise LoadError(
+                "PERFGATE_EVENT_LOOP=uvloop but uvloop is not installed: pip install 'perfgate[fast]'"
+            ) from None
         return None
     return uvloop
 

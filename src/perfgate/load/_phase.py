@@ -11,8 +11,8 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
-from itertools import islice
 from dataclasses import dataclass, field
+from itertools import islice
 
 from perfgate.errors import LoadError
 from perfgate.load._dataset import RequestSpec, make_requests, session_offsets_s

@@ -19,8 +19,8 @@ class RequestRecord:
     input_tokens: int
     requested_output_tokens: int
     start_s: float = 0.0
-    chunk_offsets_s: array = field(default_factory=lambda: array("f"))
-    chunk_tokens: array = field(default_factory=lambda: array("H"))
+    chunk_offsets_s: array[float] = field(default_factory=lambda: array("f"))
+    chunk_tokens: array[int] = field(default_factory=lambda: array("H"))
     # Server-reported completion tokens; None when the server reported none.
     output_tokens: int | None = None
     ttft_s: float | None = None

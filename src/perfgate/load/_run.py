@@ -70,7 +70,14 @@ def run_workload(
     backend = BACKENDS[workload.backend](model, workload.ignore_eos, workload.extra_body)
     flush_headers = _bearer(workload, admin_api_key_env, "admin_api_key_env") if admin_api_key_env else None
     plan = LoadPlan(
-        base_url, workload, backend, _bearer(workload, api_key_env, "api_key_env"), limits, repeat * 7_777, keep_alive, flush_headers
+        base_url,
+        workload,
+        backend,
+        _bearer(workload, api_key_env, "api_key_env"),
+        limits,
+        repeat * 7_777,
+        keep_alive,
+        flush_headers,
     )
     check_ports(plan)
     notes = []
@@ -88,7 +95,10 @@ def _bearer(workload: Workload, variable: str, setting: str) -> dict[str, str]:
         return {}
     token = os.environ.get(variable)
     if not token:
-        raise LoadError(f"workload {workload.name}: environment variable {variable} (server.{setting}) is not set; export the API token there")
+        raise LoadError(
+            f"workload {workload.name}: environment variable {variable} (server.{setting}) is not set; export the "
+            "API token there"
+        )
     return {"Authorization": f"Bearer {token}"}
 
 
@@ -99,7 +109,11 @@ async def _warm_then_measure(plan: LoadPlan, on_progress: ProgressSink | None, n
     async with Streamer(plan) as streamer:
         warm = await warm_up(streamer, on_progress)
         sizing = size_client(plan, warm.cost, usable_cpus())
-        notes = [*notes, *warm.notes, ensure_fds(plan, worker_concurrency(workload.concurrency, sizing.processes, 0), sizing.processes)]
+        notes = [
+            *notes,
+            *warm.notes,
+            ensure_fds(plan, worker_concurrency(workload.concurrency, sizing.processes, 0), sizing.processes),
+        ]
         if sizing.shortfall:
             notes.append(sizing.shortfall)
         notes = [note for note in notes if note]

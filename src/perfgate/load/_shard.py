@@ -3,8 +3,8 @@
 The parent process has run the warmup and the cache flush (and sized the client); it spawns the
 workers and releases all of them at one shared start time. Worker ``k`` of ``n`` sends requests
 ``k, k + n, ...`` of the one arrival schedule with ``concurrency / n`` streams (the remainder
-spread over the first workers) and measures its own CPU and event-loop lag. Timestamps are time.monotonic(), one clock for every
-process on Linux, so the merged records need no adjustment.
+spread over the first workers) and measures its own CPU and event-loop lag. Timestamps are
+time.monotonic(), one clock for every process on Linux, so the merged records need no adjustment.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def _worker(k: int, n: int, plan: LoadPlan, out: Any, go: Any, start: Any) -> No
                 return await measure(streamer, jobs, concurrency, start.value, lambda p: out.put(("progress", k, p)))
 
         out.put(("done", k, run_loop(run())))
-    except BaseException as e:  # noqa: BLE001 - every failure must reach the parent as a message
+    except BaseException as e:
         out.put(("error", k, f"{type(e).__name__}: {e}"))
 
 
@@ -61,7 +61,9 @@ def run_sharded(plan: LoadPlan, warmed: Measurement, on_progress: ProgressSink |
     go = ctx.Event()
     start = ctx.Value("d", 0.0)
     procs = [
-        ctx.Process(target=_worker, args=(k, n, plan, out, go, start), name=f"perfgate-load-{k + 1}-of-{n}", daemon=True)
+        ctx.Process(
+            target=_worker, args=(k, n, plan, out, go, start), name=f"perfgate-load-{k + 1}-of-{n}", daemon=True
+        )
         for k in range(n)
     ]
     workload = plan.workload
@@ -72,7 +74,9 @@ def run_sharded(plan: LoadPlan, warmed: Measurement, on_progress: ProgressSink |
         waiting.collect("ready", time.monotonic() + _READY_TIMEOUT_S, None)
         start.value = t0 = time.monotonic() + _START_MARGIN_S
         go.set()
-        done: dict[int, Part] = waiting.collect("done", None, lambda progress: _report(on_progress, workload, progress, t0))
+        done: dict[int, Part] = waiting.collect(
+            "done", None, lambda progress: _report(on_progress, workload, progress, t0)
+        )
     finally:
         started = [p for p in procs if p.pid is not None]
         for p in started:

@@ -98,15 +98,22 @@ def size_client(plan: LoadPlan, warm: WarmupCost | None, cpus: int) -> Sizing:
     if workload.client_processes != "auto":
         return Sizing(workload.client_processes, f"client_processes = {workload.client_processes} in the profile")
     if warm is None or warm.gaps == 0 or warm.chunks == 0 or warm.generating_s <= 0:
-        why = "no warmup stream of two or more chunks to measure" if warm is None or not warm.chunks else "the warmup streams came in single chunks"
+        why = (
+            "no warmup stream of two or more chunks to measure"
+            if warm is None or not warm.chunks
+            else "the warmup streams came in single chunks"
+        )
         n = max(1, floor)
-        return Sizing(n, f'client_processes = "auto": {why}; {n} process(es)' + _floor_reason(streams, n, fd_processes), "")
+        return Sizing(
+            n, f'client_processes = "auto": {why}; {n} process(es)' + _floor_reason(streams, n, fd_processes), ""
+        )
     cpu_us = warm.cpu_s / warm.chunks * 1e6
     per_stream = warm.gaps / warm.generating_s
     expected = per_stream * streams
     basis = f"{per_stream:,.0f} chunks/s per stream x {streams} streams"
-    if not math.isinf(workload.request_rate):
-        # Mean output length over the length distribution, in chunks of the warmup's size.
+    if not math.isinf(workload.request_rate) and workload.output_len:
+        # Mean output length over the length distribution, in chunks of the warmup's size (a
+        # dataset with its own lengths, ShareGPT, is sized by its streams alone).
         chunks_per_request = workload.output_len * (1 + workload.range_ratio) / 2 * warm.chunks / max(1, warm.tokens)
         by_rate = workload.request_rate * chunks_per_request
         if by_rate < expected:
@@ -174,7 +181,10 @@ def ensure_fds(plan: LoadPlan, streams_per_process: int, processes: int) -> str:
             f'docker) or share the streams over more processes (client_processes = {more} or "auto")'
         )
     resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
-    return f"raised the open-file limit (RLIMIT_NOFILE) from {soft} to {need} for {streams_per_process} streams per process"
+    return (
+        f"raised the open-file limit (RLIMIT_NOFILE) from {soft} to {need} "
+        f"for {streams_per_process} streams per process"
+    )
 
 
 def check_ports(plan: LoadPlan) -> None:

@@ -39,7 +39,7 @@ class EventReader:
     so that case is recognised with a few C-level checks; anything else is split line by line.
     """
 
-    __slots__ = ("_rec", "_state", "_feed", "_tail", "finished")
+    __slots__ = ("_feed", "_rec", "_state", "_tail", "finished")
 
     def __init__(self, plan: LoadPlan, rec: RequestRecord, state: StreamState) -> None:
         self._rec = rec
@@ -133,12 +133,19 @@ class Streamer:
         fix = "set flush_cache = false for servers without /flush_cache"
         try:
             resp = await self.pool.request(
-                "POST", "/flush_cache?timeout=60", b"", sink=None, stall_s=_FLUSH_STALL_S, headers=self.plan.flush_headers
+                "POST",
+                "/flush_cache?timeout=60",
+                b"",
+                sink=None,
+                stall_s=_FLUSH_STALL_S,
+                headers=self.plan.flush_headers,
             )
         except HTTPFailure as e:
             raise LoadError(f"POST {url} failed: {e}; {fix}") from None
         if resp.status != 200:
-            raise LoadError(f"POST {url} answered HTTP {resp.status}: {resp.body[:200].decode(errors='replace')}; {fix}")
+            raise LoadError(
+                f"POST {url} answered HTTP {resp.status}: {resp.body[:200].decode(errors='replace')}; {fix}"
+            )
 
     async def one(self, index: int, spec: RequestSpec, max_tokens: int) -> RequestRecord:
         """Send ``spec`` asking for ``max_tokens`` tokens and read its stream to the end."""

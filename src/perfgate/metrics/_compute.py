@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from perfgate._stats import describe_ms
 from perfgate.load import LoadRun, RequestRecord
 from perfgate.profile import SLO_KEYS, Slo
-from perfgate._stats import describe_ms
 
 TIMELINE_BIN_S = 0.1
 PEAK_BUCKET_S = 1.0
@@ -111,8 +112,13 @@ def _request_tpot_s(r: RequestRecord, output_tokens: int) -> float:
     return (r.latency_s - r.ttft_s) / (output_tokens - 1)
 
 
-def _goodput(records: list[RequestRecord], ok: list[RequestRecord], out_tokens: Callable[[RequestRecord], int],
-             slo: Slo, duration_s: float) -> dict[str, float]:
+def _goodput(
+    records: list[RequestRecord],
+    ok: list[RequestRecord],
+    out_tokens: Callable[[RequestRecord], int],
+    slo: Slo,
+    duration_s: float,
+) -> dict[str, float]:
     """bench_serving's goodput: successful requests meeting every target, per second of the run;
     attainment is over every request sent (a failed request meets no SLO)."""
     targets = slo.targets()
@@ -163,9 +169,13 @@ def compute_metrics(
     total_in = sum(r.input_tokens for r in ok)
     total_out = sum(out_tokens(r) for r in ok)
     ttfts = [r.ttft_s for r in ok if r.ttft_s is not None]
-    tpots = [(r.latency_s - r.ttft_s) / (out_tokens(r) - 1) for r in ok if r.ttft_s is not None and out_tokens(r) > 1]
+    e2e = [r.latency_s for r in ok if r.latency_s is not None]
+    tpots = [
+        (r.latency_s - r.ttft_s) / (out_tokens(r) - 1)
+        for r in ok
+        if r.latency_s is not None and r.ttft_s is not None and out_tokens(r) > 1
+    ]
     itls = [x for r in ok for x in r.itls_s()]
-    e2e = [r.latency_s for r in ok]
 
     values: dict[str, float] = {
         "duration_s": duration,
@@ -179,7 +189,8 @@ def compute_metrics(
         "total_throughput": (total_in + total_out) / duration if duration > 0 else 0.0,
         "concurrency": sum(e2e) / duration if duration > 0 else 0.0,
     }
-    for name, samples in zip(_DESCRIBED, (ttfts, tpots, itls, e2e)):
+    series: tuple[list[float], ...] = (ttfts, tpots, itls, e2e)
+    for name, samples in zip(_DESCRIBED, series):
         values.update(describe_ms(samples, name))
     if slo is not None:
         values.update(_goodput(run.records, ok, out_tokens, slo, duration))
@@ -270,7 +281,7 @@ def _steady_window(
     inside = sum(1 for times in per_request_times for t in times if start <= t < end)
     per_request_gaps: list[float] = []
     for times in per_request_times:
-        per_request_gaps.extend(b - a for a, b in zip(times, times[1:]) if start <= b < end)
+        per_request_gaps.extend(b - a for a, b in itertools.pairwise(times) if start <= b < end)
     mean_gap_ms = sum(per_request_gaps) / len(per_request_gaps) * 1000.0 if per_request_gaps else math.nan
     return SteadyWindow(
         start_s=start,

@@ -48,7 +48,9 @@ class BenchmarkHooks:
     """Registered only when pytest-benchmark is active (its hook specs exist only then)."""
 
     @pytest.hookimpl(hookwrapper=True)
-    def pytest_benchmark_group_stats(self, config: pytest.Config, benchmarks: list[Any], group_by: str) -> Generator[None, Any, None]:
+    def pytest_benchmark_group_stats(
+        self, config: pytest.Config, benchmarks: list[Any], group_by: str
+    ) -> Generator[None, Any, None]:
         outcome = yield
         groups = [
             (name, [b for b in members if EXTRA_KEY not in (b.get("extra_info") or {})])

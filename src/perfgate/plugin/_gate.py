@@ -106,12 +106,15 @@ def curve_lines(result: SweepResult) -> list[str]:
         medians = point.medians()
         stats = ", ".join(
             f"{name} {fmt_value(medians[name], 'ms')} (SLO {fmt_value(result.slo[key], 'ms')})"
-            for key, name in names.items() if name in medians
+            for key, name in names.items()
+            if name in medians
         )
         met = sum(row[j] for row in result.within)
         tag = " (bisected)" if point.bisected else ""
-        lines.append(f"{axis}{point.load:g}{tag}: {stats or 'no latency measured'}; within the SLO in {met} of "
-                     f"{len(result.within)} repeats")
+        lines.append(
+            f"{axis}{point.load:g}{tag}: {stats or 'no latency measured'}; within the SLO in {met} of "
+            f"{len(result.within)} repeats"
+        )
     return lines
 
 
@@ -125,20 +128,27 @@ class CapacityChecks:
         r = self.result
         curve = "\n    ".join(["", *curve_lines(r)])
         if r.invalid_reasons:
-            pytest.fail(f"{r.sweep}: the capacity cannot be judged:\n  " + "\n  ".join(r.invalid_reasons) + curve,
-                        pytrace=False)
+            pytest.fail(
+                f"{r.sweep}: the capacity cannot be judged:\n  " + "\n  ".join(r.invalid_reasons) + curve, pytrace=False
+            )
         assert r.verdict is not None
         (v,) = r.verdict.metrics
         notes = "".join(f"\n  note: {n}" for n in r.notes)
         if not v.ok:
-            pytest.fail(f"{v.message} ({r.axis}, {r.stat} latency within {_slo_text(r.slo)}){notes}{curve}", pytrace=False)
+            pytest.fail(
+                f"{v.message} ({r.axis}, {r.stat} latency within {_slo_text(r.slo)}){notes}{curve}", pytrace=False
+            )
         if v.status == "not-measured":
             # Every sweep measures its capacity; none means its points gave nothing to judge.
-            pytest.fail(f"{r.sweep}: no capacity was measured (no repeat of its loads to judge){notes}{curve}", pytrace=False)
+            pytest.fail(
+                f"{r.sweep}: no capacity was measured (no repeat of its loads to judge){notes}{curve}", pytrace=False
+            )
         if v.status == "no-baseline":
             note = f" ({r.baseline_note})" if r.baseline_note else ""
-            pytest.skip(f"{r.sweep}: no baseline for this fingerprint{note}; measured capacity "
-                        f"{fmt_value(v.measured, '') if v.measured is not None else '-'} ({r.axis}); not gated: {RECORD_HINT}")
+            pytest.skip(
+                f"{r.sweep}: no baseline for this fingerprint{note}; measured capacity "
+                f"{fmt_value(v.measured, '') if v.measured is not None else '-'} ({r.axis}); not gated: {RECORD_HINT}"
+            )
 
 
 def _slo_text(slo: dict[str, float]) -> str:

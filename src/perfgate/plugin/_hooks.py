@@ -11,9 +11,9 @@ from perfgate.ab import DEFAULT_ROUNDS
 from perfgate.errors import PerfgateError
 from perfgate.plugin._benchmark import BenchmarkHooks
 from perfgate.plugin._state import STATE_KEY, PluginState
-from perfgate.session import RunSummary
 from perfgate.report import render_text, report_lines, rows, write_ab_results, write_results
 from perfgate.server import check_url
+from perfgate.session import RunSummary
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -27,7 +27,9 @@ def _check_options(config: pytest.Config) -> None:
     """Refuse contradictory or impossible options before anything is collected or booted."""
     repeats = config.getoption("perf_repeats")
     if repeats is not None and repeats < 1:
-        raise pytest.UsageError(f"--perf-repeats {repeats}: expected a whole number >= 1 (leave it out to use the profile's repeats)")
+        raise pytest.UsageError(
+            f"--perf-repeats {repeats}: expected a whole number >= 1 (leave it out to use the profile's repeats)"
+        )
     ab = config.getoption("perf_ab")
     accepting = config.getoption("perf_update_baselines") or (ab and config.getoption("perf_accept_candidate"))
     if config.getoption("perf_accept_regression") is not None and not accepting:
@@ -41,7 +43,9 @@ def _check_options(config: pytest.Config) -> None:
         raise pytest.UsageError(f"--perf-lock-wait {wait_s:g}: expected seconds >= 0")
     results = config.getoption("perf_results")
     if results and Path(results).exists() and not Path(results).is_dir():
-        raise pytest.UsageError(f"--perf-results {results}: that is a file; pass a directory (it is created if missing)")
+        raise pytest.UsageError(
+            f"--perf-results {results}: that is a file; pass a directory (it is created if missing)"
+        )
     base_url = config.getoption("perf_base_url")
     if base_url:
         try:
@@ -79,7 +83,9 @@ def _check_ab_options(config: pytest.Config, ab: bool) -> None:
     if rounds is not None and rounds < 1:
         raise pytest.UsageError(f"--perf-ab-rounds {rounds}: expected a whole number >= 1 (6 by default)")
     if most is not None and most < (rounds or DEFAULT_ROUNDS):
-        raise pytest.UsageError(f"--perf-ab-max-rounds {most}: expected at least the rounds ({rounds or DEFAULT_ROUNDS})")
+        raise pytest.UsageError(
+            f"--perf-ab-max-rounds {most}: expected at least the rounds ({rounds or DEFAULT_ROUNDS})"
+        )
     state = PluginState(config)
     try:
         state.ab_candidate()
@@ -113,7 +119,9 @@ def _header(summary: RunSummary) -> list[str]:
     server = summary.server
     if server is not None:
         version = server.version or "unknown version"
-        lines.append(f"target: {server.kind} {server.model} at {server.base_url} ({version}), ready in {server.boot_s:.1f} s")
+        lines.append(
+            f"target: {server.kind} {server.model} at {server.base_url} ({version}), ready in {server.boot_s:.1f} s"
+        )
     gpus = summary.gpus
     if gpus:
         names = sorted({g.name for g in gpus})
@@ -173,8 +181,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = session.config.stash.get(STATE_KEY, None)
     if state is None:
         return
-    if state.ab is not None and state.results_dir() is not None:
-        write_ab_results(state.ab, state.results_dir(), step_summary=os.environ.get("GITHUB_STEP_SUMMARY"))
+    results_dir = state.results_dir()
+    if state.ab is not None and results_dir is not None:
+        write_ab_results(state.ab, results_dir, step_summary=os.environ.get("GITHUB_STEP_SUMMARY"))
     if state.session is None:
         return
     # Fixture teardown has run by now (pytest tears down session fixtures first), but a run

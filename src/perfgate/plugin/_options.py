@@ -13,7 +13,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="profile TOML to gate (default: ini perf_profile, else profiles/sim-glm5.toml under rootdir)",
     )
-    group.addoption("--perf-baselines", metavar="DIR", default=None, help="baseline store (default: baselines/ under rootdir)")
+    group.addoption(
+        "--perf-baselines", metavar="DIR", default=None, help="baseline store (default: baselines/ under rootdir)"
+    )
     group.addoption(
         "--perf-update-baselines",
         action="store_true",
@@ -26,9 +28,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="allow --perf-update-baselines to record a baseline worse than the current one; REASON is stored with it",
     )
-    group.addoption("--perf-base-url", metavar="URL", default=None, help="attach to a running server instead of booting one")
-    group.addoption("--perf-results", metavar="DIR", default=None, help="write results JSON, a Markdown summary and plots here")
-    group.addoption("--perf-repeats", metavar="N", type=int, default=None, help="override the profile's repeats per workload")
+    group.addoption(
+        "--perf-base-url", metavar="URL", default=None, help="attach to a running server instead of booting one"
+    )
+    group.addoption(
+        "--perf-results", metavar="DIR", default=None, help="write results JSON, a Markdown summary and plots here"
+    )
+    group.addoption(
+        "--perf-repeats", metavar="N", type=int, default=None, help="override the profile's repeats per workload"
+    )
     group.addoption(
         "--perf-lock-wait",
         metavar="SECONDS",
@@ -43,21 +51,42 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="A/B instead of the gate: the tests report B (the profile with the --perf-candidate-* change) against A "
         "(the profile as written), interleaved ABBA on this host (see `perfgate ab --help`)",
     )
-    group.addoption("--perf-candidate-python", metavar="PY", default=None, help="--perf-ab: B's interpreter (another environment)")
     group.addoption(
-        "--perf-candidate-env", metavar="NAME=VALUE", action="append", default=[], help="--perf-ab: an environment variable of B's server (repeatable)"
+        "--perf-candidate-python", metavar="PY", default=None, help="--perf-ab: B's interpreter (another environment)"
     )
     group.addoption(
-        "--perf-candidate-args", metavar="FLAGS", action="append", default=[], help="--perf-ab: extra server flags for B, split as a shell does"
+        "--perf-candidate-env",
+        metavar="NAME=VALUE",
+        action="append",
+        default=[],
+        help="--perf-ab: an environment variable of B's server (repeatable)",
     )
-    group.addoption("--perf-ab-rounds", metavar="N", type=int, default=None, help="--perf-ab: rounds of one A and one B run (default 6)")
     group.addoption(
-        "--perf-ab-max-rounds", metavar="M", type=int, default=None, help="--perf-ab: most rounds while inconclusive (default 2 x rounds)"
+        "--perf-candidate-args",
+        metavar="FLAGS",
+        action="append",
+        default=[],
+        help="--perf-ab: extra server flags for B, split as a shell does",
+    )
+    group.addoption(
+        "--perf-ab-rounds",
+        metavar="N",
+        type=int,
+        default=None,
+        help="--perf-ab: rounds of one A and one B run (default 6)",
+    )
+    group.addoption(
+        "--perf-ab-max-rounds",
+        metavar="M",
+        type=int,
+        default=None,
+        help="--perf-ab: most rounds while inconclusive (default 2 x rounds)",
     )
     group.addoption(
         "--perf-accept-candidate",
         action="store_true",
         default=False,
-        help="--perf-ab: record B's runs as the baselines where B passed (with --perf-accept-regression REASON also where not)",
+        help="--perf-ab: record B's runs as the baselines where B passed (with --perf-accept-regression REASON "
+        "also where not)",
     )
     parser.addini("perf_profile", "default profile for perfgate", default="")

@@ -42,7 +42,9 @@ class ProgressLine:
     def note(self, text: str) -> None:
         """One line of news (an A/B's next boot), past the capture like the progress itself."""
         if self._reporter is not None:
-            self._write(("\r" if self._tty else "") + f"[perfgate] {self._label}: {text}".ljust(110 if self._tty else 0) + "\n")
+            self._write(
+                ("\r" if self._tty else "") + f"[perfgate] {self._label}: {text}".ljust(110 if self._tty else 0) + "\n"
+            )
 
     def _write(self, text: str) -> None:
         if self._reporter is None:

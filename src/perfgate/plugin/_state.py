@@ -87,7 +87,9 @@ class PluginState:
         return Candidate(
             python=cfg.getoption("perf_candidate_python") or "",
             env=parse_env(cfg.getoption("perf_candidate_env"), "--perf-candidate-env"),
-            args=tuple(a for text in cfg.getoption("perf_candidate_args") for a in parse_args(text, "--perf-candidate-args")),
+            args=tuple(
+                a for text in cfg.getoption("perf_candidate_args") for a in parse_args(text, "--perf-candidate-args")
+            ),
         )
 
     def ab_options(self) -> AbOptions:
@@ -117,12 +119,18 @@ class PluginState:
         if self._ab_error is not None:
             raise self._ab_error
         if self.ab is None:
-            selected = {item.callspec.params["perf_workload"].name for item in items if hasattr(item, "callspec") and "perf_workload" in item.callspec.params}
+            selected = {
+                item.callspec.params["perf_workload"].name
+                for item in items
+                if hasattr(item, "callspec") and "perf_workload" in item.callspec.params
+            }
             profile = self.profile()
             subset = replace(profile, workloads=tuple(w for w in profile.workloads if w.name in selected))
             progress = ProgressLine(self.config, "ab")
             try:
-                self.ab = run_ab(subset, self.ab_candidate(), self.ab_options(), on_event=progress.note, on_progress=progress)
+                self.ab = run_ab(
+                    subset, self.ab_candidate(), self.ab_options(), on_event=progress.note, on_progress=progress
+                )
             except PerfgateError as e:
                 self._ab_error = e
                 raise

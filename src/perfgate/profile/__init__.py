@@ -16,15 +16,15 @@ from perfgate.profile._model import (
     TelemetrySpec,
     Workload,
 )
-from perfgate.profile._tables import SLO_KEYS, LengthDist, Slo
 from perfgate.profile._reference import reference_markdown
+from perfgate.profile._tables import SLO_KEYS, LengthDist, Slo
 
 __all__ = [
     "DEFAULT_TOLERANCE",
-    "GateSpec",
-    "Profile",
     "SLO_KEYS",
+    "GateSpec",
     "LengthDist",
+    "Profile",
     "ServerSpec",
     "Slo",
     "Sweep",

@@ -12,12 +12,18 @@ from perfgate.profile._reference import reference_markdown, update_reference
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m perfgate.profile",
-                                     description="The profile key reference, generated from the key declarations.")
-    parser.add_argument("--reference", action="store_true", required=True,
-                        help="print the reference as Markdown, one table per profile table")
-    parser.add_argument("--update", type=Path, metavar="FILE",
-                        help="instead, rewrite the generated reference in FILE (README.md)")
+    parser = argparse.ArgumentParser(
+        prog="python -m perfgate.profile", description="The profile key reference, generated from the key declarations."
+    )
+    parser.add_argument(
+        "--reference",
+        action="store_true",
+        required=True,
+        help="print the reference as Markdown, one table per profile table",
+    )
+    parser.add_argument(
+        "--update", type=Path, metavar="FILE", help="instead, rewrite the generated reference in FILE (README.md)"
+    )
     args = parser.parse_args(argv)
     if args.update is None:
         sys.stdout.write(reference_markdown())

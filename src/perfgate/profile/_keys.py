@@ -51,8 +51,14 @@ class KeyDoc:
 _META = "perfgate.profile"
 
 
-def key(check: Check, doc: str, *, default: Any = dataclasses.MISSING,
-        default_factory: Callable[[], Any] | Any = dataclasses.MISSING, shown_default: str = "") -> Any:
+def key(
+    check: Check,
+    doc: str,
+    *,
+    default: Any = dataclasses.MISSING,
+    default_factory: Callable[[], Any] | Any = dataclasses.MISSING,
+    shown_default: str = "",
+) -> Any:
     """A dataclass field that is also a profile key.
 
     ``shown_default`` is what the reference says when the value is derived rather than a
@@ -129,7 +135,7 @@ def integer(min_value: int | None = None) -> Check:
     def convert(v: Any) -> int:
         if not _is_int(v) or (min_value is not None and v < min_value):
             raise Bad(expected)
-        return v
+        return int(v)
 
     return Check("integer", f">= {min_value}" if min_value is not None else "", convert)
 
@@ -192,10 +198,20 @@ def _at_most(base: Check, limit: float, *, inclusive: bool, expected: str, allow
 
 
 ratio = _at_most(number(0.0), 1.0, inclusive=True, expected="a number between 0 and 1", allowed="0 - 1")
-open_ratio = _at_most(number(0.0, strict_min=True), 1.0, inclusive=False,
-                      expected="a number between 0 and 1 (exclusive)", allowed="> 0 and < 1")
-port_number = _at_most(integer(0), 65535, inclusive=True, expected="a port number 0-65535 (0 picks a free port)",
-                       allowed="0 - 65535 (0 picks a free port)")
+open_ratio = _at_most(
+    number(0.0, strict_min=True),
+    1.0,
+    inclusive=False,
+    expected="a number between 0 and 1 (exclusive)",
+    allowed="> 0 and < 1",
+)
+port_number = _at_most(
+    integer(0),
+    65535,
+    inclusive=True,
+    expected="a port number 0-65535 (0 picks a free port)",
+    allowed="0 - 65535 (0 picks a free port)",
+)
 
 
 def _instance_of(kind: type, expected: str) -> Callable[[Any], Any]:
@@ -224,7 +240,7 @@ def _url(v: Any) -> str:
     string.convert(v)
     if v and not v.startswith(("http://", "https://")):
         raise Bad("an http:// or https:// URL")
-    return v
+    return str(v)
 
 
 url = Check("string", 'an http:// or https:// URL, or ""', _url)
@@ -242,7 +258,7 @@ url_path = Check("string", 'a path starting with "/"', _url_path)
 
 def _optional_url_path(v: Any) -> str:
     if v == "":
-        return v
+        return ""
     try:
         return _url_path(v)
     except Bad:
@@ -281,8 +297,9 @@ def _gpu_list(v: Any) -> tuple[int | str, ...]:
     return tuple(v)
 
 
-gpu_list = Check("list of integers or strings", 'NVML indices >= 0, UUIDs (`"GPU-..."`) or PCI bus ids; no repeats',
-                 _gpu_list)
+gpu_list = Check(
+    "list of integers or strings", 'NVML indices >= 0, UUIDs (`"GPU-..."`) or PCI bus ids; no repeats', _gpu_list
+)
 
 
 def _id_range(v: Any) -> tuple[int, int]:

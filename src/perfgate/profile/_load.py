@@ -13,8 +13,8 @@ import difflib
 import math
 import tomllib
 from collections.abc import Mapping
-from pathlib import Path
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, get_args
 
 from perfgate.errors import ProfileError
@@ -109,41 +109,86 @@ def _check_dataset(ctx: _Ctx, where: str, fields: dict[str, Any]) -> None:
     hist = fields.get("input_len_distribution")
     if dataset == "sharegpt":
         if not fields.get("dataset_path"):
-            raise ctx.fail(where, "dataset_path", 'missing; dataset = "sharegpt" needs the local ShareGPT JSON file, e.g. dataset_path = "data/sharegpt.json"')
+            raise ctx.fail(
+                where,
+                "dataset_path",
+                'missing; dataset = "sharegpt" needs the local ShareGPT JSON file, e.g. dataset_path = '
+                '"data/sharegpt.json"',
+            )
         return
     if hist is not None and hist.kind == "histogram":
         if "input_len" in fields:
-            raise ctx.fail(where, "input_len", "conflicts with input_len_distribution of kind histogram, whose bins give the lengths; remove input_len")
+            raise ctx.fail(
+                where,
+                "input_len",
+                "conflicts with input_len_distribution of kind histogram, whose bins give the lengths; "
+                "remove input_len",
+            )
     elif "input_len" not in fields:
         raise ctx.fail(where, "input_len", f'missing; dataset = "{dataset}" needs input_len and output_len')
     if "output_len" not in fields:
         raise ctx.fail(where, "output_len", f'missing; dataset = "{dataset}" needs input_len and output_len')
     out_hist = fields.get("output_len_distribution")
     if out_hist is not None and out_hist.kind == "histogram":
-        raise ctx.fail(where, "output_len_distribution", "a histogram gives prompt lengths only (input_len_distribution); use normal or lognormal around output_len")
+        raise ctx.fail(
+            where,
+            "output_len_distribution",
+            "a histogram gives prompt lengths only (input_len_distribution); use normal or lognormal around output_len",
+        )
     for side in ("input", "output"):
         dist, mean = fields.get(f"{side}_len_distribution"), fields.get(f"{side}_len")
-        if dist is not None and dist.kind != "histogram" and mean is not None and not (dist.min <= mean <= (dist.max or mean)):
+        if (
+            dist is not None
+            and dist.kind != "histogram"
+            and mean is not None
+            and not (dist.min <= mean <= (dist.max or mean))
+        ):
             bounds = f"[{dist.min}, {dist.max if dist.max is not None else 'no max'}]"
-            raise ctx.fail(where, f"{side}_len_distribution", f"the mean {side}_len = {mean} lies outside min and max {bounds}; widen them or move the mean")
+            raise ctx.fail(
+                where,
+                f"{side}_len_distribution",
+                f"the mean {side}_len = {mean} lies outside min and max {bounds}; widen them or move the mean",
+            )
     if dataset == "shared-prefix" and "system_prompt_len" not in fields:
-        raise ctx.fail(where, "system_prompt_len", 'missing; dataset = "shared-prefix" needs system_prompt_len (tokens of each group\'s shared system prompt)')
+        raise ctx.fail(
+            where,
+            "system_prompt_len",
+            'missing; dataset = "shared-prefix" needs system_prompt_len (tokens of each group\'s shared system prompt)',
+        )
     if dataset == "multi-turn":
         turns = fields.get("num_turns")
         if turns is None:
-            raise ctx.fail(where, "num_turns", 'missing; dataset = "multi-turn" needs num_turns (requests per chat session), e.g. num_turns = 4')
+            raise ctx.fail(
+                where,
+                "num_turns",
+                'missing; dataset = "multi-turn" needs num_turns (requests per chat session), e.g. num_turns = 4',
+            )
         prompts = fields.get("num_prompts")
         if isinstance(prompts, int) and prompts % turns:
-            raise ctx.fail(where, "num_prompts", f"{prompts} is not a multiple of num_turns = {turns}: every chat session runs all its turns; use e.g. num_prompts = {max(1, prompts // turns) * turns}")
+            raise ctx.fail(
+                where,
+                "num_prompts",
+                f"{prompts} is not a multiple of num_turns = {turns}: every chat session runs all its turns; use "
+                f"e.g. num_prompts = {max(1, prompts // turns) * turns}",
+            )
         if fields.get("client_processes", 1) != 1:
-            raise ctx.fail(where, "client_processes", 'dataset = "multi-turn" runs in one client process (a session\'s turns wait on each other); remove client_processes')
+            raise ctx.fail(
+                where,
+                "client_processes",
+                'dataset = "multi-turn" runs in one client process (a session\'s turns wait on each other); remove '
+                "client_processes",
+            )
 
 
 def _expand(ctx: _Ctx, where: str, fields: dict[str, Any]) -> tuple[list[Workload], Sweep | None]:
     """The workload of ``fields``; a concurrency or request_rate list is a sweep of point workloads."""
     concurrency, rate = fields["concurrency"], fields.get("request_rate", math.inf)
     if isinstance(concurrency, tuple) and isinstance(rate, tuple):
-        raise ctx.fail(where, "request_rate", "a sweep varies one load at a time: give a list for concurrency or for request_rate, not both")
+        raise ctx.fail(
+            where,
+            "request_rate",
+            "a sweep varies one load at a time: give a list for concurrency or for request_rate, not both",
+        )
     axis = "concurrency" if isinstance(concurrency, tuple) else "request_rate" if isinstance(rate, tuple) else ""
     loads: tuple[float, ...] = concurrency if axis == "concurrency" else rate if axis else ()
     first = {**fields, axis: loads[0]} if axis else fields
@@ -153,17 +198,37 @@ def _expand(ctx: _Ctx, where: str, fields: dict[str, Any]) -> tuple[list[Workloa
         base = replace(base, name=_workload_id(replace(base, request_rate=rate), shown_c))
     if not axis:
         if base.client_processes != "auto" and base.client_processes > base.concurrency:
-            raise ctx.fail(where, "client_processes", f"{base.client_processes} processes cannot share concurrency = {base.concurrency}; every process needs at least one stream (use at most {base.concurrency})")
+            raise ctx.fail(
+                where,
+                "client_processes",
+                f"{base.client_processes} processes cannot share concurrency = {base.concurrency}; every process "
+                f"needs at least one stream (use at most {base.concurrency})",
+            )
         for key in ("capacity_percentile", "capacity_bisect_steps"):
             if key in fields:
                 raise ctx.fail(where, key, "applies to sweeps only (concurrency = [...] or request_rate = [...])")
         return [base], None
     if base.slo is None:
-        raise ctx.fail(where, "slo", f"missing; a sweep over {axis} finds the highest load that meets the SLO: add e.g. slo = {{ ttft_ms = 2000, tpot_ms = 100 }}")
+        raise ctx.fail(
+            where,
+            "slo",
+            f"missing; a sweep over {axis} finds the highest load that meets the SLO: add e.g. slo = "
+            f"{{ ttft_ms = 2000, tpot_ms = 100 }}",
+        )
     if axis == "concurrency" and loads[-1] > base.num_prompts:
-        raise ctx.fail(where, "concurrency", f"{loads[-1]:g} is more than num_prompts = {base.num_prompts}: at most num_prompts requests can be in flight, so loads beyond it repeat the same run; raise num_prompts or drop those loads")
+        raise ctx.fail(
+            where,
+            "concurrency",
+            f"{loads[-1]:g} is more than num_prompts = {base.num_prompts}: at most num_prompts requests can be in "
+            "flight, so loads beyond it repeat the same run; raise num_prompts or drop those loads",
+        )
     if base.client_processes != "auto" and base.client_processes > min(loads):
-        raise ctx.fail(where, "client_processes", f"{base.client_processes} processes cannot share concurrency = {min(loads):g} at the sweep's first point; use at most {min(loads):g}")
+        raise ctx.fail(
+            where,
+            "client_processes",
+            f"{base.client_processes} processes cannot share concurrency = {min(loads):g} at the sweep's first "
+            f"point; use at most {min(loads):g}",
+        )
     sweep = Sweep(name=base.name, axis=axis, loads=loads, points=(), base=base)  # type: ignore[arg-type]
     points = [sweep.point(load) for load in loads]
     return points, replace(sweep, points=tuple(p.name for p in points))
@@ -187,7 +252,9 @@ def parse_profile(text: str, path: Path) -> Profile:
 
     kinds = [f'"{k}"' for k in get_args(ServerKind)]
     if not isinstance(raw.get("server"), dict):
-        raise ctx.fail("[server]", None, f"missing table; add [server] with at least kind = {', '.join(kinds[:-1])} or {kinds[-1]}")
+        raise ctx.fail(
+            "[server]", None, f"missing table; add [server] with at least kind = {', '.join(kinds[:-1])} or {kinds[-1]}"
+        )
     server_fields = ctx.take("[server]", raw["server"], ServerSpec)
     if "kind" not in server_fields:
         raise ctx.fail("[server]", "kind", f"missing; expected one of {', '.join(kinds)}")
@@ -199,7 +266,11 @@ def parse_profile(text: str, path: Path) -> Profile:
         raise ctx.fail("[telemetry]", None, "expected a table")
     telemetry = TelemetrySpec(**ctx.take("[telemetry]", telemetry_raw, TelemetrySpec))
     if telemetry.source == "dcgm" and not telemetry.dcgm_endpoints:
-        raise ctx.fail("[telemetry]", "dcgm_endpoints", 'source = "dcgm" needs at least one endpoint, e.g. ["http://gpu-host:9400/metrics"]')
+        raise ctx.fail(
+            "[telemetry]",
+            "dcgm_endpoints",
+            'source = "dcgm" needs at least one endpoint, e.g. ["http://gpu-host:9400/metrics"]',
+        )
 
     gate_raw = raw.get("gate", {})
     if not isinstance(gate_raw, dict):
@@ -212,7 +283,9 @@ def parse_profile(text: str, path: Path) -> Profile:
     must = _and(required(Workload))
     workloads_raw = raw.get("workload")
     if not isinstance(workloads_raw, list) or not workloads_raw:
-        raise ctx.fail("[[workload]]", None, f"missing; add at least one [[workload]] table with {must}, input_len and output_len")
+        raise ctx.fail(
+            "[[workload]]", None, f"missing; add at least one [[workload]] table with {must}, input_len and output_len"
+        )
     workloads: list[Workload] = []
     sweeps: list[Sweep] = []
     for i, w in enumerate(workloads_raw, start=1):
@@ -234,14 +307,29 @@ def parse_profile(text: str, path: Path) -> Profile:
         for w in workloads:
             repeats = w.repeats if w.repeats is not None else gate.repeats
             if gate.max_repeats < repeats:
-                raise ctx.fail("[gate]", "max_repeats", f"{gate.max_repeats} is below the {repeats} repeats of workload {w.name!r}; max_repeats bounds the extra repeats run to decide an inconclusive verdict, so it must be at least the repeats")
+                raise ctx.fail(
+                    "[gate]",
+                    "max_repeats",
+                    f"{gate.max_repeats} is below the {repeats} repeats of workload {w.name!r}; max_repeats bounds "
+                    "the extra repeats run to decide an inconclusive verdict, so it must be at least the repeats",
+                )
     names = [w.name for w in workloads]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
-        raise ctx.fail("[[workload]]", "name", f"workload names must be unique; {', '.join(dup)} appears more than once (set name = \"...\" to tell them apart)")
+        raise ctx.fail(
+            "[[workload]]",
+            "name",
+            f'workload names must be unique; {", ".join(dup)} appears more than once (set name = "..." to tell '
+            "them apart)",
+        )
     taken = sorted({s.name for s in sweeps} & set(names))
     if taken:
-        raise ctx.fail("[[workload]]", "name", f"{taken[0]!r} names both a sweep and a workload; sweeps and workloads share one namespace (baselines, test ids)")
+        raise ctx.fail(
+            "[[workload]]",
+            "name",
+            f"{taken[0]!r} names both a sweep and a workload; sweeps and workloads share one namespace (baselines, "
+            "test ids)",
+        )
 
     return Profile(
         path=path,
@@ -257,11 +345,24 @@ def parse_profile(text: str, path: Path) -> Profile:
 
 def _check_server(ctx: _Ctx, server: ServerSpec) -> None:
     if server.kind == "sglang" and not server.model_path:
-        raise ctx.fail("[server]", "model_path", 'kind = "sglang" needs the model to serve, e.g. model_path = "/models/GLM-5-NVFP4"')
+        raise ctx.fail(
+            "[server]",
+            "model_path",
+            'kind = "sglang" needs the model to serve, e.g. model_path = "/models/GLM-5-NVFP4"',
+        )
     if server.kind == "attach" and not server.base_url:
-        raise ctx.fail("[server]", "base_url", 'kind = "attach" needs the running server\'s URL, e.g. base_url = "http://10.0.0.5:30000" (or pass --perf-base-url)')
+        raise ctx.fail(
+            "[server]",
+            "base_url",
+            'kind = "attach" needs the running server\'s URL, e.g. base_url = "http://10.0.0.5:30000" (or pass '
+            "--perf-base-url)",
+        )
     if server.kind == "command" and not server.command:
-        raise ctx.fail("[server]", "command", 'kind = "command" needs an argv template, e.g. ["vllm", "serve", "{model}", "--port", "{port}"]')
+        raise ctx.fail(
+            "[server]",
+            "command",
+            'kind = "command" needs an argv template, e.g. ["vllm", "serve", "{model}", "--port", "{port}"]',
+        )
     if server.kind != "simulator" and server.sim:
         raise ctx.fail("[server]", "sim", f'simulator options only apply to kind = "simulator", not {server.kind!r}')
     _check_sim(ctx, server.sim)
@@ -291,7 +392,9 @@ def load_profile(path: str | Path) -> Profile:
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ProfileError(f"profile {p}: file not found; pass an existing profile with --perf-profile (see profiles/)") from None
+        raise ProfileError(
+            f"profile {p}: file not found; pass an existing profile with --perf-profile (see profiles/)"
+        ) from None
     except (OSError, UnicodeDecodeError) as e:
         raise ProfileError(f"profile {p}: cannot be read: {e}") from None
     return parse_profile(text, p)

@@ -49,148 +49,266 @@ InconclusivePolicy = Literal["fail", "warn"]
 class ServerSpec:
     """What to boot (or attach to) and how to tell it is ready."""
 
-    kind: ServerKind = key(choice(*get_args(ServerKind)),
-                           "what to run: SGLang, perfgate's simulator, a running server, or any command")
+    kind: ServerKind = key(
+        choice(*get_args(ServerKind)), "what to run: SGLang, perfgate's simulator, a running server, or any command"
+    )
     model_path: str = key(string, 'the model to serve (`{model}` in a command); needed by kind = "sglang"', default="")
-    args: tuple[str, ...] = key(str_list, "extra server arguments; for SGLang checked against that SGLang's flags before boot",
-                                default=())
+    args: tuple[str, ...] = key(
+        str_list, "extra server arguments; for SGLang checked against that SGLang's flags before boot", default=()
+    )
     env: Mapping[str, str] = key(str_map, "extra environment variables of the server process", default_factory=dict)
-    gpus: tuple[int | str, ...] = key(gpu_list, "GPUs the server may use, locked for the session; sets "
-                                      "CUDA_VISIBLE_DEVICES and SGLang's --tp-size", default=())
+    gpus: tuple[int | str, ...] = key(
+        gpu_list,
+        "GPUs the server may use, locked for the session; sets CUDA_VISIBLE_DEVICES and SGLang's --tp-size",
+        default=(),
+    )
     host: str = key(nonempty_string, "address the launched server listens on", default="127.0.0.1")
     port: int = key(port_number, "port the launched server listens on", default=0)
-    startup_timeout_s: float = key(number(0.0, strict_min=True), "seconds to wait for the server to become ready",
-                                   default=900.0)
-    shutdown_timeout_s: float = key(number(0.0, strict_min=True),
-                                    "seconds from SIGTERM to killing the server's process group", default=60.0)
+    startup_timeout_s: float = key(
+        number(0.0, strict_min=True), "seconds to wait for the server to become ready", default=900.0
+    )
+    shutdown_timeout_s: float = key(
+        number(0.0, strict_min=True), "seconds from SIGTERM to killing the server's process group", default=60.0
+    )
     # SGLang often lives in its own venv.
-    python: str = key(string, 'interpreter that runs SGLang or the simulator; "" = the one running perfgate', default="")
+    python: str = key(
+        string, 'interpreter that runs SGLang or the simulator; "" = the one running perfgate', default=""
+    )
     base_url: str = key(url, 'the running server\'s URL for kind = "attach" (`--perf-base-url` overrides)', default="")
-    ready_path: str = key(url_path, "path polled until it answers 200 (SGLang's answers after warmup)",
-                          default="/health_generate")
-    connect_timeout_s: float = key(number(0.0, strict_min=True), 'kind = "attach": how long nothing may accept '
-                                   "connections at base_url before perfgate gives up", default=30.0)
-    keep_alive: bool = key(boolean, "reuse HTTP connections between requests; false for servers that close them "
-                           "after a stream without saying so", default=True)
-    command: tuple[str, ...] = key(str_list, 'kind = "command": argv with `{port}`, `{host}`, `{model}`, `{python}` '
-                                   "placeholders", default=())
-    flashinfer_cutlass_autotune: AutotuneMode = key(choice(*get_args(AutotuneMode)),
-                                                    "run FlashInfer's CUTLASS MoE autotune: patch SGLang where it "
-                                                    "needs it (auto), always (force), never (off)", default="auto")
-    require_autotune: bool = key(boolean, "fail the boot unless its log shows a complete FlashInfer autotune",
-                                 default=False)
+    ready_path: str = key(
+        url_path, "path polled until it answers 200 (SGLang's answers after warmup)", default="/health_generate"
+    )
+    connect_timeout_s: float = key(
+        number(0.0, strict_min=True),
+        'kind = "attach": how long nothing may accept connections at base_url before perfgate gives up',
+        default=30.0,
+    )
+    keep_alive: bool = key(
+        boolean,
+        "reuse HTTP connections between requests; false for servers that close them after a stream without saying so",
+        default=True,
+    )
+    command: tuple[str, ...] = key(
+        str_list, 'kind = "command": argv with `{port}`, `{host}`, `{model}`, `{python}` placeholders', default=()
+    )
+    flashinfer_cutlass_autotune: AutotuneMode = key(
+        choice(*get_args(AutotuneMode)),
+        "run FlashInfer's CUTLASS MoE autotune: patch SGLang where it needs it (auto), always (force), never (off)",
+        default="auto",
+    )
+    require_autotune: bool = key(
+        boolean, "fail the boot unless its log shows a complete FlashInfer autotune", default=False
+    )
     # The token itself is never stored.
-    api_key_env: str = key(string, "name of an environment variable holding the server's API key: sent as a bearer "
-                           'token with every request; kind = "sglang" also starts the server with it (--api-key); '
-                           "never written anywhere", default="")
-    admin_api_key_env: str = key(string, "the same for the admin key (SGLang's --admin-api-key, which alone opens "
-                                 "/flush_cache once set)", default="")
+    api_key_env: str = key(
+        string,
+        "name of an environment variable holding the server's API key: sent as a bearer "
+        'token with every request; kind = "sglang" also starts the server with it (--api-key); '
+        "never written anywhere",
+        default="",
+    )
+    admin_api_key_env: str = key(
+        string,
+        "the same for the admin key (SGLang's --admin-api-key, which alone opens /flush_cache once set)",
+        default="",
+    )
     sim: Mapping[str, str | int | float | bool] = key(
-        scalar_map, 'the `[server.sim]` table for kind = "simulator": options of `python -m perfgate.sim --help` in '
+        scalar_map,
+        'the `[server.sim]` table for kind = "simulator": options of `python -m perfgate.sim --help` in '
         "snake_case, checked when the profile loads",
-        default_factory=dict)
+        default_factory=dict,
+    )
 
 
 @dataclass(frozen=True)
 class TelemetrySpec:
     """Where per-GPU power comes from, and whether its absence fails the run."""
 
-    source: TelemetryKind = key(choice(*get_args(TelemetryKind)),
-                                "where per-GPU power comes from; auto tries NVML, then dcgm_endpoints", default="auto")
-    dcgm_endpoints: tuple[str, ...] = key(str_list, 'dcgm-exporter /metrics URLs; "{base_url}" expands to the server\'s',
-                                          default=())
+    source: TelemetryKind = key(
+        choice(*get_args(TelemetryKind)),
+        "where per-GPU power comes from; auto tries NVML, then dcgm_endpoints",
+        default="auto",
+    )
+    dcgm_endpoints: tuple[str, ...] = key(
+        str_list, 'dcgm-exporter /metrics URLs; "{base_url}" expands to the server\'s', default=()
+    )
     interval_s: float = key(number(0.01), "sampling period of instant power", default=0.1)
-    activity_period_s: float = key(number(0.1), "period of the slow reads (GPM activity, utilization, clocks, "
-                                   "temperature); also read at window edges", default=1.0)
+    activity_period_s: float = key(
+        number(0.1),
+        "period of the slow reads (GPM activity, utilization, clocks, temperature); also read at window edges",
+        default=1.0,
+    )
     # One NVML energy read costs ~3-4 ms of driver CPU per GPU on an H200, the clock-event counters
     # ~0.4-0.8 ms: read at each measured phase's edges, and this often in between so that a
     # counter reset loses little.
-    counter_period_s: float = key(number(1.0), "period of the cumulative-counter reads (energy, clock-event time) "
-                                  "between the reads at every measured phase's start and end", default=30.0)
-    require_power: bool = key(boolean, "fail the run when power cannot be measured (else: reported as not measured)",
-                              default=False)
-    server_metrics_path: str = key(optional_url_path, 'the server\'s Prometheus metrics (SGLang needs --enable-metrics); "" = '
-                                   "do not read them; required when a server_* metric is gated", default="/metrics")
-    server_metrics_interval_s: float = key(number(0.05), "sampling period of the server's gauges (requests running "
-                                           "and queued, KV use); counters are also read at the edges of each run",
-                                           default=0.5)
+    counter_period_s: float = key(
+        number(1.0),
+        "period of the cumulative-counter reads (energy, clock-event time) "
+        "between the reads at every measured phase's start and end",
+        default=30.0,
+    )
+    require_power: bool = key(
+        boolean, "fail the run when power cannot be measured (else: reported as not measured)", default=False
+    )
+    server_metrics_path: str = key(
+        optional_url_path,
+        'the server\'s Prometheus metrics (SGLang needs --enable-metrics); "" = '
+        "do not read them; required when a server_* metric is gated",
+        default="/metrics",
+    )
+    server_metrics_interval_s: float = key(
+        number(0.05),
+        "sampling period of the server's gauges (requests running "
+        "and queued, KV use); counters are also read at the edges of each run",
+        default=0.5,
+    )
 
 
 @dataclass(frozen=True)
 class Workload:
     """One load shape, run ``repeats`` times and gated on its own (a sweep's point is one too)."""
 
-    name: str = key(nonempty_string, "test id and baseline file name", shown_default="`c{concurrency}-in{input_len}-out{output_len}[-r{request_rate}]`; other datasets and sweeps: see \"Production-like workloads\"")
+    name: str = key(
+        nonempty_string,
+        "test id and baseline file name",
+        shown_default="`c{concurrency}-in{input_len}-out{output_len}[-r{request_rate}]`; other datasets and "
+        'sweeps: see "Production-like workloads"',
+    )
     num_prompts: int = key(integer(1), "measured requests per repeat")
     # A list is a capacity sweep: the loader makes one point workload per value (Profile.sweeps).
     concurrency: int = key(concurrency_or_sweep, "most requests in flight")
-    dataset: Dataset = key(choice(*get_args(Dataset)), "where prompts come from: seeded random token ids, groups "
-                           "sharing a system prompt, conversations from a ShareGPT JSON file, or chat sessions whose turns "
-                           "resend the history", default="random")
-    input_len: int | None = key(integer(1), "prompt tokens per request (exact: prompts are token ids); shared-prefix: "
-                                "the question after the system prompt; multi-turn: each user message", default=None,
-                                shown_default='required, except with dataset = "sharegpt" or a histogram')
-    output_len: int | None = key(integer(1), "output tokens per request; sharegpt: overrides the conversation's "
-                                 "answer length; multi-turn: each reply", default=None, shown_default='required, except with dataset = "sharegpt"')
-    input_len_distribution: LengthDist | None = key(length_dist, "how prompt lengths vary (mean input_len); default: "
-                                                    "uniform in [range_ratio x input_len, input_len]", default=None,
-                                                    shown_default="uniform")
-    output_len_distribution: LengthDist | None = key(length_dist, "how output lengths vary (mean output_len); "
-                                                     "default: uniform in [range_ratio x output_len, output_len]",
-                                                     default=None, shown_default="uniform")
-    system_prompt_len: int = key(integer(1), 'shared-prefix: tokens of each group\'s system prompt', default=0,
-                                 shown_default='required with dataset = "shared-prefix"')
-    num_groups: int = key(integer(1), "shared-prefix: distinct system prompts; requests are spread evenly over them",
-                          default=1)
-    num_turns: int = key(integer(1), "multi-turn: requests per chat session; turn k sends the k-1 earlier user "
-                         "messages and replies again, then a new user message; num_prompts must be a multiple",
-                         default=0, shown_default='required with dataset = "multi-turn"')
-    think_time_s: float = key(number(0.0), "multi-turn: the user's think time between a reply's end and the "
-                              "session's next turn (not in warmup)", default=0.0)
-    dataset_path: str = key(string, "sharegpt: the local JSON file (ShareGPT format: a list of "
-                            "{conversations: [{from, value}, ...]})", default="",
-                            shown_default='required with dataset = "sharegpt"')
-    context_len: int | None = key(integer(2), "sharegpt: drop conversations whose prompt + output exceed this many "
-                                  "tokens (bench_serving's --sharegpt-context-len)", default=None,
-                                  shown_default="no limit")
-    request_rate: float = key(rate_or_sweep(number(0.0, strict_min=True, allow_inf=True)),
-                              'arrival rate in requests/s; "inf" sends up to concurrency at once', default=math.inf)
-    warmup_requests: int = key(integer(0), "requests before measuring, at the same concurrency, excluded from every number",
-                               default=1)
-    backend: Backend = key(choice(*get_args(Backend)),
-                           "API the client speaks: /generate, /v1/completions or /v1/chat/completions", default="sglang")
-    ignore_eos: bool = key(boolean, "ask the server to ignore EOS so every request yields exactly output_len tokens",
-                           default=True)
-    range_ratio: float = key(ratio, "lengths are drawn from [ratio x len, len]; bench_serving's default is 0.0",
-                             default=1.0)
+    dataset: Dataset = key(
+        choice(*get_args(Dataset)),
+        "where prompts come from: seeded random token ids, groups "
+        "sharing a system prompt, conversations from a ShareGPT JSON file, or chat sessions whose turns "
+        "resend the history",
+        default="random",
+    )
+    input_len: int | None = key(
+        integer(1),
+        "prompt tokens per request (exact: prompts are token ids); shared-prefix: "
+        "the question after the system prompt; multi-turn: each user message",
+        default=None,
+        shown_default='required, except with dataset = "sharegpt" or a histogram',
+    )
+    output_len: int | None = key(
+        integer(1),
+        "output tokens per request; sharegpt: overrides the conversation's answer length; multi-turn: each reply",
+        default=None,
+        shown_default='required, except with dataset = "sharegpt"',
+    )
+    input_len_distribution: LengthDist | None = key(
+        length_dist,
+        "how prompt lengths vary (mean input_len); default: uniform in [range_ratio x input_len, input_len]",
+        default=None,
+        shown_default="uniform",
+    )
+    output_len_distribution: LengthDist | None = key(
+        length_dist,
+        "how output lengths vary (mean output_len); default: uniform in [range_ratio x output_len, output_len]",
+        default=None,
+        shown_default="uniform",
+    )
+    system_prompt_len: int = key(
+        integer(1),
+        "shared-prefix: tokens of each group's system prompt",
+        default=0,
+        shown_default='required with dataset = "shared-prefix"',
+    )
+    num_groups: int = key(
+        integer(1), "shared-prefix: distinct system prompts; requests are spread evenly over them", default=1
+    )
+    num_turns: int = key(
+        integer(1),
+        "multi-turn: requests per chat session; turn k sends the k-1 earlier user "
+        "messages and replies again, then a new user message; num_prompts must be a multiple",
+        default=0,
+        shown_default='required with dataset = "multi-turn"',
+    )
+    think_time_s: float = key(
+        number(0.0),
+        "multi-turn: the user's think time between a reply's end and the session's next turn (not in warmup)",
+        default=0.0,
+    )
+    dataset_path: str = key(
+        string,
+        "sharegpt: the local JSON file (ShareGPT format: a list of {conversations: [{from, value}, ...]})",
+        default="",
+        shown_default='required with dataset = "sharegpt"',
+    )
+    context_len: int | None = key(
+        integer(2),
+        "sharegpt: drop conversations whose prompt + output exceed this many "
+        "tokens (bench_serving's --sharegpt-context-len)",
+        default=None,
+        shown_default="no limit",
+    )
+    request_rate: float = key(
+        rate_or_sweep(number(0.0, strict_min=True, allow_inf=True)),
+        'arrival rate in requests/s; "inf" sends up to concurrency at once',
+        default=math.inf,
+    )
+    warmup_requests: int = key(
+        integer(0), "requests before measuring, at the same concurrency, excluded from every number", default=1
+    )
+    backend: Backend = key(
+        choice(*get_args(Backend)),
+        "API the client speaks: /generate, /v1/completions or /v1/chat/completions",
+        default="sglang",
+    )
+    ignore_eos: bool = key(
+        boolean, "ask the server to ignore EOS so every request yields exactly output_len tokens", default=True
+    )
+    range_ratio: float = key(
+        ratio, "lengths are drawn from [ratio x len, len]; bench_serving's default is 0.0", default=1.0
+    )
     seed: int = key(integer(0), "seed of prompts, lengths and arrival times", default=0)
     flush_cache: bool = key(boolean, "POST /flush_cache after warmup, before measuring", default=False)
     pacing: Pacing = key(choice(*get_args(Pacing)), "arrival process at a finite request_rate", default="poisson")
     max_error_rate: float = key(ratio, "share of failed requests a valid run may have", default=0.0)
     repeats: int | None = key(integer(1), "overrides [gate] repeats", default=None, shown_default="[gate] repeats")
-    token_id_range: tuple[int, int] | None = key(id_range, "prompt token ids are drawn from [lo, hi)", default=None,
-                                                 shown_default="`[1000, 30000]`")
-    stall_timeout_s: float = key(number(0.0, strict_min=True),
-                                 "a stream silent this long fails (a hung server must not hang the gate)", default=600.0)
+    token_id_range: tuple[int, int] | None = key(
+        id_range, "prompt token ids are drawn from [lo, hi)", default=None, shown_default="`[1000, 30000]`"
+    )
+    stall_timeout_s: float = key(
+        number(0.0, strict_min=True),
+        "a stream silent this long fails (a hung server must not hang the gate)",
+        default=600.0,
+    )
     # For rates one process cannot sustain without saturating.
     client_processes: int | Literal["auto"] = key(
-        integer_or("auto", 1), 'load-client processes sharing the requests (concurrency / N streams each), at most '
+        integer_or("auto", 1),
+        "load-client processes sharing the requests (concurrency / N streams each), at most "
         'concurrency; "auto" sizes them from the warmup (client CPU per chunk x expected chunks per second)',
-        default=1)
-    extra_body: Mapping[str, object] = key(table, "JSON fields merged into every request body (e.g. generation_config)",
-                                           default_factory=dict)
-    slo: Slo | None = key(slo_table, "latency targets a request must meet to count toward goodput and SLO "
-                          "attainment; a sweep's capacity is judged against them", default=None, shown_default="none")
-    capacity_percentile: CapacityStat = key(choice(*get_args(CapacityStat)), "sweeps: the latency statistic that "
-                                            "must meet every slo target for a load to count as within capacity",
-                                            default="p90")
-    capacity_bisect_steps: int = key(integer(0), "sweeps: loads run between the last point within the SLO and the "
-                                     "first beyond it, halving the gap each time", default=0)
+        default=1,
+    )
+    extra_body: Mapping[str, object] = key(
+        table, "JSON fields merged into every request body (e.g. generation_config)", default_factory=dict
+    )
+    slo: Slo | None = key(
+        slo_table,
+        "latency targets a request must meet to count toward goodput and SLO "
+        "attainment; a sweep's capacity is judged against them",
+        default=None,
+        shown_default="none",
+    )
+    capacity_percentile: CapacityStat = key(
+        choice(*get_args(CapacityStat)),
+        "sweeps: the latency statistic that must meet every slo target for a load to count as within capacity",
+        default="p90",
+    )
+    capacity_bisect_steps: int = key(
+        integer(0),
+        "sweeps: loads run between the last point within the SLO and the first beyond it, halving the gap each time",
+        default=0,
+    )
     floors: Mapping[str, float] = key(metric_map(), "absolute floors; override [gate] floors", default_factory=dict)
-    ceilings: Mapping[str, float] = key(metric_map(), "absolute ceilings; override [gate] ceilings",
-                                        default_factory=dict)
-    tolerance: Mapping[str, float] = key(metric_map(0.0), "relative tolerances; override [gate] tolerance",
-                                         default_factory=dict)
+    ceilings: Mapping[str, float] = key(
+        metric_map(), "absolute ceilings; override [gate] ceilings", default_factory=dict
+    )
+    tolerance: Mapping[str, float] = key(
+        metric_map(0.0), "relative tolerances; override [gate] tolerance", default_factory=dict
+    )
 
     def spec(self) -> dict[str, object]:
         """The fields that change what is measured: part of a baseline's fingerprint.
@@ -263,9 +381,12 @@ class Sweep:
         server's prefix cache.
         """
         if self.axis == "concurrency":
-            return replace(self.base, name=self.point_name(load), concurrency=int(load), seed=self.base.seed + int(load))
-        return replace(self.base, name=self.point_name(load), request_rate=float(load),
-                       seed=self.base.seed + round(load * 1000))
+            return replace(
+                self.base, name=self.point_name(load), concurrency=int(load), seed=self.base.seed + int(load)
+            )
+        return replace(
+            self.base, name=self.point_name(load), request_rate=float(load), seed=self.base.seed + round(load * 1000)
+        )
 
 
 # 3 %: with 3 repeats and ~1 % run-to-run noise the verdict catches 98.9 % of 5 % throughput
@@ -285,34 +406,52 @@ class GateSpec:
 
     # Three repeats let the Mann-Whitney test confirm a drop (benchmarks/detection.py).
     repeats: int = key(integer(1), "measured repeats per workload; the noise test needs >= 3", default=3)
-    require_baseline: bool = key(boolean, "fail a workload without a baseline for its fingerprint (else: skipped)",
-                                 default=False)
-    tolerance: Mapping[str, float] = key(metric_map(0.0), "relative worsening allowed per metric against the baseline "
-                                         "median, direction-aware; merged over the default",
-                                         default_factory=lambda: dict(DEFAULT_TOLERANCE))
-    floors: Mapping[str, float] = key(metric_map(), "absolute minimum per metric, checked with or without a baseline",
-                                      default_factory=dict)
-    ceilings: Mapping[str, float] = key(metric_map(), "absolute maximum per metric, checked with or without a baseline",
-                                        default_factory=dict)
-    alpha: float = key(open_ratio, "significance level of the one-sided Mann-Whitney test on the repeats",
-                       default=0.05)
-    confirm_on_fail: bool = key(boolean, "before failing, run the repeats again and judge all of them together",
-                                default=False)
-    max_repeats: int | None = key(integer(1), "most repeats in all when a median past its limit is not yet "
-                                  "confirmed by the noise test (more are run one at a time); at least the repeats",
-                                  default=None, shown_default="2 x repeats")
-    inconclusive: InconclusivePolicy = key(choice(*get_args(InconclusivePolicy)),
-                                           "what a verdict still undecided after max_repeats does to the gate",
-                                           default="fail")
+    require_baseline: bool = key(
+        boolean, "fail a workload without a baseline for its fingerprint (else: skipped)", default=False
+    )
+    tolerance: Mapping[str, float] = key(
+        metric_map(0.0),
+        "relative worsening allowed per metric against the baseline median, direction-aware; merged over the default",
+        default_factory=lambda: dict(DEFAULT_TOLERANCE),
+    )
+    floors: Mapping[str, float] = key(
+        metric_map(), "absolute minimum per metric, checked with or without a baseline", default_factory=dict
+    )
+    ceilings: Mapping[str, float] = key(
+        metric_map(), "absolute maximum per metric, checked with or without a baseline", default_factory=dict
+    )
+    alpha: float = key(open_ratio, "significance level of the one-sided Mann-Whitney test on the repeats", default=0.05)
+    confirm_on_fail: bool = key(
+        boolean, "before failing, run the repeats again and judge all of them together", default=False
+    )
+    max_repeats: int | None = key(
+        integer(1),
+        "most repeats in all when a median past its limit is not yet "
+        "confirmed by the noise test (more are run one at a time); at least the repeats",
+        default=None,
+        shown_default="2 x repeats",
+    )
+    inconclusive: InconclusivePolicy = key(
+        choice(*get_args(InconclusivePolicy)),
+        "what a verdict still undecided after max_repeats does to the gate",
+        default="fail",
+    )
     # A server sharing a small host's CPUs with the client (vLLM on CPU) needs more lag allowance.
-    client_max_lag_p99_ms: float = key(number(0.0, strict_min=True), "a run whose client event-loop lag p99 exceeds "
-                                       "this is invalid (it measured the client)", default=200.0)
-    client_max_cpu_share: float = key(number(0.0, strict_min=True), "a run whose client used more than this share "
-                                      "of a core is invalid", default=0.9)
-    server_max_disagreement: float = key(number(0.0, strict_min=True), "a run whose output tokens counted by the "
-                                         "server (its /metrics) and by the client differ by more than this share is "
-                                         "invalid: another load shared the server, or tokens were miscounted",
-                                         default=0.05)
+    client_max_lag_p99_ms: float = key(
+        number(0.0, strict_min=True),
+        "a run whose client event-loop lag p99 exceeds this is invalid (it measured the client)",
+        default=200.0,
+    )
+    client_max_cpu_share: float = key(
+        number(0.0, strict_min=True), "a run whose client used more than this share of a core is invalid", default=0.9
+    )
+    server_max_disagreement: float = key(
+        number(0.0, strict_min=True),
+        "a run whose output tokens counted by the "
+        "server (its /metrics) and by the client differ by more than this share is "
+        "invalid: another load shared the server, or tokens were miscounted",
+        default=0.05,
+    )
 
 
 @dataclass(frozen=True)

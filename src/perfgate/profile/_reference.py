@@ -36,7 +36,9 @@ def _split(text: str, path: Path) -> tuple[str, str, str]:
     head, begin, rest = text.partition(BEGIN + "\n")
     body, end, tail = rest.partition(END)
     if not begin or not end:
-        raise ProfileError(f"{path}: no generated profile key reference (lines {BEGIN!r} ... {END!r}) to compare or update")
+        raise ProfileError(
+            f"{path}: no generated profile key reference (lines {BEGIN!r} ... {END!r}) to compare or update"
+        )
     return head + begin, body, end + tail
 
 

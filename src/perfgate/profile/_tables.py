@@ -6,6 +6,7 @@ TOML, so the loader and the generated reference treat them like any other key.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -122,8 +123,9 @@ def _length_dist(v: Any) -> LengthDist:
     return LengthDist(kind, stddev=stddev, min=lo, max=hi)
 
 
-length_dist = Check("table", '`kind` = `"normal"`, `"lognormal"` (`stddev`, `min`, `max`) or `"histogram"` (`bins`)',
-                    _length_dist)
+length_dist = Check(
+    "table", '`kind` = `"normal"`, `"lognormal"` (`stddev`, `min`, `max`) or `"histogram"` (`bins`)', _length_dist
+)
 
 
 def _int_or_list(v: Any) -> int | tuple[int, ...]:
@@ -136,11 +138,12 @@ def _int_or_list(v: Any) -> int | tuple[int, ...]:
 
 
 def _increasing(v: list[Any]) -> bool:
-    return all(a < b for a, b in zip(v, v[1:]))
+    return all(a < b for a, b in itertools.pairwise(v))
 
 
-concurrency_or_sweep = Check("integer or list of integers", ">= 1; a list (increasing) runs a capacity sweep",
-                             _int_or_list)
+concurrency_or_sweep = Check(
+    "integer or list of integers", ">= 1; a list (increasing) runs a capacity sweep", _int_or_list
+)
 
 
 def rate_or_sweep(single: Check) -> Check:
@@ -155,5 +158,6 @@ def rate_or_sweep(single: Check) -> Check:
             raise Bad('a number > 0 or "inf", or a list of finite rates > 0 in increasing order (a capacity sweep)')
         return tuple(rates)  # type: ignore[arg-type]
 
-    return Check('number or "inf", or list of numbers', "> 0; a list (increasing, finite) runs a capacity sweep",
-                 convert)
+    return Check(
+        'number or "inf", or list of numbers', "> 0; a list (increasing, finite) runs a capacity sweep", convert
+    )

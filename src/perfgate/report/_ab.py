@@ -18,7 +18,13 @@ from perfgate.verdict import PairedMetricVerdict, fmt_value, sign_test_min_round
 
 AB_SCHEMA = 1
 
-_LABELS = {"pass": "PASS", "fail": "FAIL", "inconclusive": "INCONCLUSIVE", "not-measured": "not measured", "unpaired": "ERROR"}
+_LABELS = {
+    "pass": "PASS",
+    "fail": "FAIL",
+    "inconclusive": "INCONCLUSIVE",
+    "not-measured": "not measured",
+    "unpaired": "ERROR",
+}
 _OUTCOME_LINES = {
     "pass": "PASS: B is not worse than A beyond any tolerance",
     "regression": "REGRESSION: B is worse than A",
@@ -56,7 +62,9 @@ def _side_by_side(a: VariantSummary, b: VariantSummary) -> list[list[str]]:
     for k in dict.fromkeys([*va, *vb]):
         row(k, va.get(k, ""), vb.get(k, ""))
     sa, sb = a.server, b.server
-    row("target", f"{sa.kind} {sa.model}" if sa else "never came up", f"{sb.kind} {sb.model}" if sb else "never came up")
+    row(
+        "target", f"{sa.kind} {sa.model}" if sa else "never came up", f"{sb.kind} {sb.model}" if sb else "never came up"
+    )
     boots_a = [x.server.boot_s for x in a.boots if x.server]
     boots_b = [x.server.boot_s for x in b.boots if x.server]
     cells.append(["boots", _boots(boots_a, len(a.boots)), _boots(boots_b, len(b.boots)), ""])
@@ -83,7 +91,8 @@ def _autotune_line(v: VariantSummary) -> str:
         kind = v.server.kind if v.server else "the server"
         return f"autotune {v.label}: not applicable ({kind} reports no FlashInfer autotune decision)"
     tuning = f", {at['tuning']}" if at.get("tuning") else ""
-    return f"autotune {v.label}: decision {at.get('decision')} (SGLang {at.get('status')}){tuning}; evidence: {at.get('evidence')}"
+    decision = f"decision {at.get('decision')} (SGLang {at.get('status')}){tuning}"
+    return f"autotune {v.label}: {decision}; evidence: {at.get('evidence')}"
 
 
 def _rows(summary: AbSummary) -> list[list[str]]:
@@ -99,7 +108,17 @@ def _rows(summary: AbSummary) -> list[list[str]]:
                 limit = f"{'>=' if m.direction == 'higher' else '<='} {m.limit_ratio:.3f}"
             worse = f"{m.rounds_worse}/{m.n_pairs} worse" if m.n_pairs else "-"
             cells.append(
-                [w.name, m.metric, _value(m.median_a, m.metric), _value(m.median_b, m.metric), ratio, ci, limit, worse, _verdict_label(m)]
+                [
+                    w.name,
+                    m.metric,
+                    _value(m.median_a, m.metric),
+                    _value(m.median_b, m.metric),
+                    ratio,
+                    ci,
+                    limit,
+                    worse,
+                    _verdict_label(m),
+                ]
             )
         if w.status == "error":
             cells.append([w.name, "(runs)", "", "", "", "", "", "", "ERROR"])
@@ -113,7 +132,15 @@ def _round_table(w: AbWorkload, m: PairedMetricVerdict) -> str:
         ratio = m.ratios[i] if i < len(m.ratios) else None
         a_value = m.a_values[i] if i < len(m.a_values) else None
         b_value = m.b_values[i] if i < len(m.b_values) else None
-        cells.append([str(n), "AB" if n % 2 else "BA", _value(a_value, m.metric), _value(b_value, m.metric), f"{ratio:.3f}" if ratio is not None else "-"])
+        cells.append(
+            [
+                str(n),
+                "AB" if n % 2 else "BA",
+                _value(a_value, m.metric),
+                _value(b_value, m.metric),
+                f"{ratio:.3f}" if ratio is not None else "-",
+            ]
+        )
     return align(cells, right={2, 3, 4})
 
 
@@ -125,7 +152,11 @@ def report_lines(summary: AbSummary) -> list[str]:
     lines = [
         f"perfgate ab: {summary.profile_name} ({summary.profile_path})",
         f"rounds: {summary.rounds_run} ({summary.rounds} planned"
-        + (f", {extra} more for discarded runs or inconclusive verdicts, at most {summary.max_rounds}" if extra > 0 else "")
+        + (
+            f", {extra} more for discarded runs or inconclusive verdicts, at most {summary.max_rounds}"
+            if extra > 0
+            else ""
+        )
         + f"), order {_order_text(summary) or '-'} (ABBA: a trend of the host cancels); alpha {summary.alpha:g}",
         "",
         align(_side_by_side(a, b)),
@@ -159,7 +190,7 @@ def _verdict_lines(summary: AbSummary) -> list[str]:
         if m.status != "pass"
     ]
     if messages:
-        lines += [""] + messages
+        lines += ["", *messages]
     return lines
 
 
@@ -167,10 +198,18 @@ def _note_lines(summary: AbSummary) -> list[str]:
     """What else the user must know: the noise test's absence, discarded runs, baselines, problems, teardowns."""
     a, b = summary.variants
     lines: list[str] = []
-    few = sorted({m.n_pairs for w in summary.workloads for m in (w.verdict.metrics if w.verdict else ()) if m.noise_test == "tolerance-only"})
+    few = sorted(
+        {
+            m.n_pairs
+            for w in summary.workloads
+            for m in (w.verdict.metrics if w.verdict else ())
+            if m.noise_test == "tolerance-only"
+        }
+    )
     if few:
         lines.append(
-            f"note: {' or '.join(map(str, few))} paired round(s) are too few for the sign test at alpha {summary.alpha:g}: "
+            f"note: {' or '.join(map(str, few))} paired round(s) are too few for the sign test at alpha "
+            f"{summary.alpha:g}: "
             f"the tolerance alone decided (run {sign_test_min_rounds(summary.alpha)} rounds or more for a noise test)"
         )
     for w in summary.workloads:
@@ -178,7 +217,10 @@ def _note_lines(summary: AbSummary) -> list[str]:
         if w.discard_advice:
             lines.append(f"discarded runs of {w.name}: {w.discard_advice}")
     if summary.accept:
-        lines.append("accepting the candidate" + (f", with the reason {summary.reason!r}" if summary.reason else " where it passed"))
+        lines.append(
+            "accepting the candidate"
+            + (f", with the reason {summary.reason!r}" if summary.reason else " where it passed")
+        )
     for w in summary.workloads:
         if w.baseline_note:
             recorded = f" -> {w.baseline_path}" if w.recorded else ""
@@ -234,7 +276,9 @@ def _variant_json(v: VariantSummary, rounds: list[int]) -> dict[str, Any]:
 
 def ab_document(summary: AbSummary) -> dict[str, Any]:
     """The A/B as JSON-able data: both variants, every run in full, the verdicts, the outcome."""
-    variants = {v.label: _variant_json(v, [n for n, label in summary.order if label == v.label]) for v in summary.variants}
+    variants = {
+        v.label: _variant_json(v, [n for n, label in summary.order if label == v.label]) for v in summary.variants
+    }
     return {
         "schema_version": AB_SCHEMA,
         "kind": "ab",

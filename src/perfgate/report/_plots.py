@@ -21,7 +21,11 @@ _BASELINE = {"color": "black", "ls": "--", "lw": 1.0}
 
 def _baseline_values(wl: dict[str, Any]) -> dict[str, float]:
     """The baseline's medians this run was judged against (the previous ones when recording)."""
-    values = {m["metric"]: m["baseline"] for m in (wl.get("verdict") or {}).get("metrics", []) if m.get("baseline") is not None}
+    values = {
+        m["metric"]: m["baseline"]
+        for m in (wl.get("verdict") or {}).get("metrics", [])
+        if m.get("baseline") is not None
+    }
     previous = (wl.get("baseline") or {}).get("previous") or {}
     return {**previous, **values}
 
@@ -91,7 +95,9 @@ def _figure(plt: Any, wl: dict[str, Any]) -> Any:
     if series:
         axp = fig.add_subplot(grid[1, :])
         for gpu in series:
-            axp.plot([s - t0 for s in gpu["t_s"]], gpu["power_w"], lw=0.8, label=f"GPU {gpu['index']} ...{gpu['uuid'][-4:]}")
+            axp.plot(
+                [s - t0 for s in gpu["t_s"]], gpu["power_w"], lw=0.8, label=f"GPU {gpu['index']} ...{gpu['uuid'][-4:]}"
+            )
         if steady:
             axp.axvspan(steady["start_s"] - t0, steady["end_s"] - t0, **_STEADY)
         if "gpu_power_min_w" in base:
@@ -153,7 +159,9 @@ def write_ab_plots(doc: dict[str, Any], out_dir: Path) -> list[Path]:
             if m["limit_ratio"] is not None:
                 axr.axhline(m["limit_ratio"], color="tab:red", ls="--", lw=1, label=f"limit {m['limit_ratio']:.3f}")
             axr.axhline(m["median_ratio"], color="black", lw=1, label=f"median {m['median_ratio']:.3f}")
-            axr.axhspan(m["ci_low"], m["ci_high"], color="tab:purple", alpha=0.12, label=f"{m['ci_coverage'] * 100:.0f}% CI")
+            axr.axhspan(
+                m["ci_low"], m["ci_high"], color="tab:purple", alpha=0.12, label=f"{m['ci_coverage'] * 100:.0f}% CI"
+            )
             axr.set_xticks(rounds, [str(n) for n in rounds], fontsize=7)
             axr.set_title(f"{m['metric']}: {m['status'].upper()}", fontsize=9)
             axr.legend(fontsize=6, loc="best")
@@ -176,8 +184,13 @@ def _sweep_plot(plt: Any, sweep: dict[str, Any], out_dir: Path) -> Path:
     fig, (axt, axl) = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
     axt.plot(loads, [p["medians"].get("output_throughput") for p in points], "o-", label="output tok/s (this run)")
     if grid:
-        axt.plot([p["load"] for p in grid], [p["baseline_medians"].get("output_throughput") for p in grid], "s--",
-                 color="tab:gray", label="output tok/s (baseline)")
+        axt.plot(
+            [p["load"] for p in grid],
+            [p["baseline_medians"].get("output_throughput") for p in grid],
+            "s--",
+            color="tab:gray",
+            label="output tok/s (baseline)",
+        )
     axt.set_ylabel("output tok/s")
     axt.set_title(f"{sweep['sweep']}: throughput and {sweep['stat']} latency by {sweep['axis']}")
     axt.legend(fontsize=8)
@@ -186,19 +199,33 @@ def _sweep_plot(plt: Any, sweep: dict[str, Any], out_dir: Path) -> Path:
         color = f"C{i + 1}"
         axl.plot(loads, [p["medians"].get(name) for p in points], "o-", color=color, label=f"{name} (this run)")
         if grid:
-            axl.plot([p["load"] for p in grid], [p["baseline_medians"].get(name) for p in grid], "s--", color=color,
-                     alpha=0.6, label=f"{name} (baseline)")
+            axl.plot(
+                [p["load"] for p in grid],
+                [p["baseline_medians"].get(name) for p in grid],
+                "s--",
+                color=color,
+                alpha=0.6,
+                label=f"{name} (baseline)",
+            )
         axl.axhline(target, color=color, ls=":", lw=1, label=f"SLO {key} {target:g}")
     capacity = sweep["verdict"]["metrics"][0] if sweep["verdict"] else {}
-    for value, style, label in ((capacity.get("measured"), "-", "capacity"), (capacity.get("baseline"), "--", "baseline capacity")):
+    for value, style, label in (
+        (capacity.get("measured"), "-", "capacity"),
+        (capacity.get("baseline"), "--", "baseline capacity"),
+    ):
         if value is None:
             continue
         # A capacity of 0 (no load met the SLO) is drawn at the lowest load, and says so.
         x = value or loads[0]
         for ax in (axt, axl):
             ax.axvline(x, color="black", ls=style, lw=0.8)
-        axl.text(x, axl.get_ylim()[1], f" {label} {value:g}" + ("" if value else " (below the lowest load)"),
-                 va="top", fontsize=8)
+        axl.text(
+            x,
+            axl.get_ylim()[1],
+            f" {label} {value:g}" + ("" if value else " (below the lowest load)"),
+            va="top",
+            fontsize=8,
+        )
     if loads[-1] >= 4 * loads[0]:
         axl.set_xscale("log", base=2)
     axl.set_yscale("log")

@@ -109,7 +109,12 @@ def _workload_json(res: WorkloadResult, rules: tuple[MetricRule, ...], stream_re
         "invalid_reasons": res.invalid_reasons,
         "error": res.error,
         "fingerprint": plain(res.fingerprint),
-        "baseline": {"path": res.baseline_path, "note": res.baseline_note, "recorded": res.recorded, "previous": res.previous_values},
+        "baseline": {
+            "path": res.baseline_path,
+            "note": res.baseline_note,
+            "recorded": res.recorded,
+            "previous": res.previous_values,
+        },
         "verdict": plain(res.verdict),
         "repeats": [repeat_json(r, stream_requests=stream_requests) for r in res.repeats],
     }
@@ -131,7 +136,12 @@ def _sweep_json(sw: SweepResult, rules: tuple[MetricRule, ...]) -> dict[str, Any
         "capacities": sw.capacities,
         "within": sw.within,
         "fingerprint": plain(sw.fingerprint),
-        "baseline": {"path": sw.baseline_path, "note": sw.baseline_note, "recorded": sw.recorded, "previous": sw.previous_values},
+        "baseline": {
+            "path": sw.baseline_path,
+            "note": sw.baseline_note,
+            "recorded": sw.recorded,
+            "previous": sw.previous_values,
+        },
         "verdict": plain(sw.verdict),
         "points": [
             {
@@ -177,7 +187,9 @@ def markdown_summary(summary: RunSummary) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_documents(out_dir: Path, name: str, doc: dict[str, Any], md_name: str, md: str, step_summary: str | None) -> list[Path]:
+def write_documents(
+    out_dir: Path, name: str, doc: dict[str, Any], md_name: str, md: str, step_summary: str | None
+) -> list[Path]:
     """Write ``doc`` as ``<name>-<UTC time>.json`` (atomically) and ``md`` as ``md_name`` in
     ``out_dir`` (created), append ``md`` to ``step_summary`` when given; return both paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -200,7 +212,9 @@ def write_documents(out_dir: Path, name: str, doc: dict[str, Any], md_name: str,
 def write_results(summary: RunSummary, out_dir: Path, *, step_summary: str | None = None) -> list[Path]:
     """Write results.json and summary.md (and PNG plots with the ``plots`` extra); return the paths."""
     doc = results_document(summary, stream_requests=True)
-    written = write_documents(out_dir, f"results-{summary.profile_name}", doc, "summary.md", markdown_summary(summary), step_summary)
+    written = write_documents(
+        out_dir, f"results-{summary.profile_name}", doc, "summary.md", markdown_summary(summary), step_summary
+    )
     from perfgate.report._plots import write_plots
 
     return written + write_plots(doc, out_dir)

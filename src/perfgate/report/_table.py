@@ -53,8 +53,15 @@ def _verdict_row(name: str, v: MetricVerdict, recorded: bool, previous: Mapping[
         # Recording: the baseline column is the previous baseline, so the row reads old -> new.
         old = previous.get(v.metric)
         change = f"{(v.measured - old) / abs(old) * 100:+.1f}%" if old and v.measured is not None else "-"
-        return Row(name, label or v.metric, measured, fmt_value(old, unit) if old is not None else "(none)", "", change,
-                   "recorded")
+        return Row(
+            name,
+            label or v.metric,
+            measured,
+            fmt_value(old, unit) if old is not None else "(none)",
+            "",
+            change,
+            "recorded",
+        )
     return Row(
         name,
         label or v.metric,
@@ -88,7 +95,17 @@ def rows(summary: RunSummary) -> list[Row]:
         if failed:
             allowed = summary.error_rates.get(res.workload)
             limit = f"{allowed:.1%} allowed" if allowed is not None else ""
-            out.append(Row(res.workload, "failed_requests", f"{failed} of {total} ({failed / total:.1%})", "", limit, "", "info"))
+            out.append(
+                Row(
+                    res.workload,
+                    "failed_requests",
+                    f"{failed} of {total} ({failed / total:.1%})",
+                    "",
+                    limit,
+                    "",
+                    "info",
+                )
+            )
         if res.error:
             out.append(Row(res.workload, f"stopped after {len(res.repeats)} repeat(s)", "", "", "", "", "ERROR"))
         elif not res.valid:
@@ -113,7 +130,9 @@ def align(cells: Sequence[Sequence[str]], right: Collection[int] = ()) -> str:
     widths = [max(len(c[i]) for c in cells) for i in range(len(cells[0]))]
     lines = []
     for k, c in enumerate(cells):
-        lines.append("  ".join(c[i].rjust(widths[i]) if i in right else c[i].ljust(widths[i]) for i in range(len(c))).rstrip())
+        lines.append(
+            "  ".join(c[i].rjust(widths[i]) if i in right else c[i].ljust(widths[i]) for i in range(len(c))).rstrip()
+        )
         if k == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
@@ -127,5 +146,7 @@ def render_text(table: Sequence[Row]) -> str:
 def render_markdown(table: Sequence[Row]) -> str:
     lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     for r in table:
-        lines.append(f"| {r.workload} | {r.metric} | {r.measured} | {r.baseline} | {r.limit} | {r.change} | {r.verdict} |")
+        lines.append(
+            f"| {r.workload} | {r.metric} | {r.measured} | {r.baseline} | {r.limit} | {r.change} | {r.verdict} |"
+        )
     return "\n".join(lines)

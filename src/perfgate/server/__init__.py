@@ -8,8 +8,8 @@ from perfgate.server._sglang import VERSION_KEYS as SGLANG_VERSION_KEYS
 from perfgate.server._signals import Terminated
 
 __all__ = [
-    "RunningServer",
     "SGLANG_VERSION_KEYS",
+    "RunningServer",
     "ServerConfig",
     "ServerProcess",
     "Terminated",

@@ -22,7 +22,9 @@ _HELP_TIMEOUT_S = 60.0
 _SHORT_FLAG = re.compile(r"-[A-Za-z]\w*$")
 # An option-list line of a --help text: argparse ("  -t N, --threads N   help") and
 # llama.cpp style ("-t,    --threads N     help") alike: option strings separated by commas.
-_OPTION_LIST = re.compile(r"^\s{0,8}(-{1,2}[A-Za-z][\w-]*(?:[ =][^\s,]+)?(?:,\s*-{1,2}[A-Za-z][\w-]*(?:[ =][^\s,]+)?)+)")
+_OPTION_LIST = re.compile(
+    r"^\s{0,8}(-{1,2}[A-Za-z][\w-]*(?:[ =][^\s,]+)?(?:,\s*-{1,2}[A-Za-z][\w-]*(?:[ =][^\s,]+)?)+)"
+)
 _OPTION = re.compile(r"(?:^|,\s*)(-{1,2}[A-Za-z][\w-]*)")
 
 
@@ -118,5 +120,7 @@ def server_config(spec: ServerSpec) -> ServerConfig:
     unresolved = sorted({a for a in args if _SHORT_FLAG.match(a) and a not in aliases})
     notes = [note] if note else []
     if unresolved and not note:
-        notes.append(f"short server flags {', '.join(unresolved)} have no long name in the server's --help; kept as written")
+        notes.append(
+            f"short server flags {', '.join(unresolved)} have no long name in the server's --help; kept as written"
+        )
     return ServerConfig(_engine(program), args, aliases, tuple(notes))

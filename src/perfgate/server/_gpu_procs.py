@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from perfgate.gpu import NvmlUnavailable, UnknownGpu, device_handle, nvml_session, resolve_gpu
 
@@ -14,8 +14,10 @@ def gpu_holders(gpus: Sequence[int | str]) -> dict[str, list[int]] | None:
         with nvml_session() as nvml:
             try:
                 return {
-                    str(gpu): sorted(p.pid for p in nvml.nvmlDeviceGetComputeRunningProcesses(
-                        device_handle(nvml, resolve_gpu(nvml, gpu))))
+                    str(gpu): sorted(
+                        p.pid
+                        for p in nvml.nvmlDeviceGetComputeRunningProcesses(device_handle(nvml, resolve_gpu(nvml, gpu)))
+                    )
                     for gpu in gpus
                 }
             except (nvml.NVMLError, UnknownGpu):
@@ -37,4 +39,8 @@ def wait_released(gpus: Sequence[int | str], pids: set[int], timeout_s: float) -
         if not any(left.values()) or time.monotonic() >= deadline:
             break
         time.sleep(0.5)
-    return [f"GPU {g} still held by pid(s) {', '.join(map(str, ps))} {timeout_s:g} s after teardown" for g, ps in left.items() if ps]
+    return [
+        f"GPU {g} still held by pid(s) {', '.join(map(str, ps))} {timeout_s:g} s after teardown"
+        for g, ps in left.items()
+        if ps
+    ]

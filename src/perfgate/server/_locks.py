@@ -13,10 +13,10 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from filelock import FileLock, Timeout
 
@@ -44,8 +44,12 @@ def _keys(gpus: Sequence[int | str]) -> list[_LockKey]:
     except NvmlUnavailable as err:
         names = sorted({str(g) for g in gpus})
         return [
-            _LockKey(name, f"GPU {name}", f"locked by the name {name!r} as given, not by UUID ({err}); a session "
-                     "naming this GPU another way (index, UUID, PCI bus id) takes a different lock")
+            _LockKey(
+                name,
+                f"GPU {name}",
+                f"locked by the name {name!r} as given, not by UUID ({err}); a session "
+                "naming this GPU another way (index, UUID, PCI bus id) takes a different lock",
+            )
             for name in names
         ]
     return [_LockKey(g.uuid, g.label) for g in sorted(resolved, key=lambda g: g.uuid)]

@@ -8,9 +8,10 @@ import subprocess
 import threading
 import time
 from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Mapping, Sequence
+from typing import IO
 
 from perfgate.errors import ServerError
 from perfgate.server import _signals

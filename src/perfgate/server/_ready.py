@@ -35,7 +35,9 @@ def check_url(url: str, where: str) -> None:
     except (httpx.InvalidURL, TypeError) as e:
         raise ServerError(f"{where}: {url!r} is not a URL ({e}); expected e.g. http://127.0.0.1:30000") from None
     if parsed.scheme not in ("http", "https") or not parsed.host:
-        raise ServerError(f"{where}: {url!r} is not an http:// or https:// URL with a host; expected e.g. http://127.0.0.1:30000")
+        raise ServerError(
+            f"{where}: {url!r} is not an http:// or https:// URL with a host; expected e.g. http://127.0.0.1:30000"
+        )
 
 
 @dataclass
@@ -73,13 +75,17 @@ class _Watch:
             if self.not_found >= _NOT_FOUND_PROBES and self.elapsed_s() - self.first_not_found_s >= _NOT_FOUND_SPAN_S:
                 raise ServerError(
                     f"{self.url} answered HTTP {status} {_reason(status)} on every probe: the server has no "
-                    f"such path; set [server] ready_path to its readiness endpoint{_alternatives(client, self.url, self.headers)}"
-                    + self.log()
+                    "such path; set [server] ready_path to its readiness "
+                    f"endpoint{_alternatives(client, self.url, self.headers)}" + self.log()
                 )
             return
         self.not_found = 0
         if status in (401, 403):
-            sent = "the bearer token perfgate sent was refused" if "Authorization" in self.headers else "no credentials were sent"
+            sent = (
+                "the bearer token perfgate sent was refused"
+                if "Authorization" in self.headers
+                else "no credentials were sent"
+            )
             raise ServerError(
                 f"{self.url} answered HTTP {status} {_reason(status)}: {sent}; set [server] api_key_env to the "
                 "environment variable holding the server's API key" + self.log()
@@ -139,7 +145,9 @@ def wait_ready(
     failing connections are tolerated (None: wait for ``timeout_s`` like any other answer).
     """
     check_url(url, "readiness URL")
-    watch = _Watch(url, dict(headers or {}), process, connect_timeout_s, process.started_s if process else time.monotonic())
+    watch = _Watch(
+        url, dict(headers or {}), process, connect_timeout_s, process.started_s if process else time.monotonic()
+    )
     deadline = watch.t0 + timeout_s
     with httpx.Client(timeout=httpx.Timeout(30.0, connect=2.0)) as client:
         while True:

@@ -150,7 +150,9 @@ def build_command(spec: ServerSpec, port: int, keys: ServerKeys | None = None) -
     env: dict[str, str] = {}
     keys = keys if keys is not None else ServerKeys.from_spec(spec)
     if _has_flag(spec.args, *SECRET_FLAGS):
-        where = "perfgate passes it as --api-key" if spec.kind == "sglang" else "write {api_key} where the command takes it"
+        where = (
+            "perfgate passes it as --api-key" if spec.kind == "sglang" else "write {api_key} where the command takes it"
+        )
         raise ServerError(
             f"[server] args hold {' / '.join(f for f in SECRET_FLAGS if _has_flag(spec.args, f))}: a key written "
             "into a profile ends up in git and in every record of the run; put it in an environment variable "
@@ -162,7 +164,17 @@ def build_command(spec: ServerSpec, port: int, keys: ServerKeys | None = None) -
             argv += ["--model-path", spec.model_path]
         argv += _sim_flags(spec) + list(spec.args)
     elif spec.kind == "sglang":
-        argv = [python, "-m", "sglang.launch_server", "--model-path", spec.model_path, "--host", spec.host, "--port", str(port)]
+        argv = [
+            python,
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            spec.model_path,
+            "--host",
+            spec.host,
+            "--port",
+            str(port),
+        ]
         if spec.gpus and not _has_flag(spec.args, "--tp", "--tp-size", "--tensor-parallel-size"):
             argv += ["--tp-size", str(len(spec.gpus))]
         argv += list(spec.args)
@@ -214,7 +226,9 @@ def _served_model(client: httpx.Client, base_url: str, fallback: str) -> str:
     return fallback
 
 
-def start_server(spec: ServerSpec, *, log_dir: Path, stack: ExitStack, base_url: str = "", lock_wait_s: float = 0.0) -> RunningServer:
+def start_server(
+    spec: ServerSpec, *, log_dir: Path, stack: ExitStack, base_url: str = "", lock_wait_s: float = 0.0
+) -> RunningServer:
     """Boot ``spec`` (or attach when ``base_url`` or kind = "attach") and register its teardown on ``stack``.
 
     Teardown runs when ``stack`` closes: on success, failure and Ctrl-C alike.
@@ -226,7 +240,10 @@ def start_server(spec: ServerSpec, *, log_dir: Path, stack: ExitStack, base_url:
     if attach_url:
         check_url(attach_url, "--perf-base-url" if base_url else "[server] base_url")
         boot_s = wait_ready(
-            attach_url + spec.ready_path, spec.startup_timeout_s, headers=keys.headers(), connect_timeout_s=spec.connect_timeout_s
+            attach_url + spec.ready_path,
+            spec.startup_timeout_s,
+            headers=keys.headers(),
+            connect_timeout_s=spec.connect_timeout_s,
         )
         server = RunningServer("attach", attach_url, spec.model_path, [], None, boot_s, spec.gpus)
     else:
@@ -244,8 +261,15 @@ def start_server(spec: ServerSpec, *, log_dir: Path, stack: ExitStack, base_url:
         log_path = log_dir / f"server-{spec.kind}-{port}.log"
         proc = launch(argv, env, log_path, redactor=redactor)
         server = RunningServer(
-            spec.kind, f"http://{spec.host}:{port}", spec.model_path, proc.argv, log_path, 0.0, spec.gpus,
-            process=proc, env=redactor.env(extra_env),
+            spec.kind,
+            f"http://{spec.host}:{port}",
+            spec.model_path,
+            proc.argv,
+            log_path,
+            0.0,
+            spec.gpus,
+            process=proc,
+            env=redactor.env(extra_env),
         )
         stack.callback(_stop, server, spec)
         server.boot_s = wait_ready(

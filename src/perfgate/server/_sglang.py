@@ -81,13 +81,10 @@ def _run_python(python: str, code: str, what: str) -> subprocess.CompletedProces
             "set [server] python to the interpreter of SGLang's environment"
         ) from None
     except PermissionError:
-        raise ServerError(
-            f"cannot run the server interpreter {python!r} to {what}: not executable"
-        ) from None
+        raise ServerError(f"cannot run the server interpreter {python!r} to {what}: not executable") from None
     except subprocess.TimeoutExpired:
         raise ServerError(
-            f"the server interpreter {python!r} did not answer within {_PROBE_TIMEOUT_S:.0f} s "
-            f"when asked to {what}"
+            f"the server interpreter {python!r} did not answer within {_PROBE_TIMEOUT_S:.0f} s when asked to {what}"
         ) from None
 
 
@@ -101,8 +98,7 @@ def locate_sglang(python: str) -> Path | None:
         return None
     if proc.returncode != 0 or not proc.stdout.strip():
         raise ServerError(
-            f"{python!r} failed to locate sglang (exit {proc.returncode}): "
-            f"{proc.stderr.strip()[-500:] or 'no output'}"
+            f"{python!r} failed to locate sglang (exit {proc.returncode}): {proc.stderr.strip()[-500:] or 'no output'}"
         )
     return Path(proc.stdout.strip().splitlines()[-1])
 
@@ -136,9 +132,7 @@ def sglang_versions(python: str) -> dict[str, str | None]:
     try:
         versions = json.loads(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        raise ServerError(
-            f"{python!r} printed no version report: {proc.stdout[-300:]!r}"
-        ) from None
+        raise ServerError(f"{python!r} printed no version report: {proc.stdout[-300:]!r}") from None
     return {key: versions.get(key) for key in VERSION_KEYS}
 
 
@@ -152,7 +146,12 @@ def sglang_help_text(python: str, timeout_s: float = 600.0, env: Mapping[str, st
     argv = [python, "-m", "sglang.launch_server", "--help"]
     try:
         proc = subprocess.run(
-            argv, capture_output=True, text=True, timeout=timeout_s, check=False, env=dict(env) if env is not None else None
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+            env=dict(env) if env is not None else None,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ServerError(f"cannot list SGLang's server flags with {' '.join(argv)}: {exc}") from None
@@ -249,9 +248,7 @@ def flags_from_source(sglang_root: Path) -> set[str]:
     """
     server_args = sglang_root / "srt" / "server_args.py"
     if not server_args.is_file():
-        raise ServerError(
-            f"{sglang_root} has no srt/server_args.py: not an SGLang package directory"
-        )
+        raise ServerError(f"{sglang_root} has no srt/server_args.py: not an SGLang package directory")
     files = [server_args, *sorted((sglang_root / "srt" / "arg_groups" / "fields").glob("*.py"))]
     flags: set[str] = set()
     for path in files:
@@ -297,18 +294,10 @@ def _arg_call_flags(call: ast.Call, default_flag: str) -> list[str]:
     if isinstance(no_cli, ast.Constant) and no_cli.value is True:
         return []
     cli_name = kwargs.get("cli_name")
-    flags = [
-        cli_name.value
-        if isinstance(cli_name, ast.Constant) and isinstance(cli_name.value, str)
-        else default_flag
-    ]
+    flags = [cli_name.value if isinstance(cli_name, ast.Constant) and isinstance(cli_name.value, str) else default_flag]
     aliases = kwargs.get("aliases")
     if isinstance(aliases, (ast.List, ast.Tuple)):
-        flags += [
-            e.value
-            for e in aliases.elts
-            if isinstance(e, ast.Constant) and isinstance(e.value, str)
-        ]
+        flags += [e.value for e in aliases.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
     return flags
 
 
@@ -379,8 +368,7 @@ def check_flags(args: Sequence[str], known: set[str], sglang_version: str) -> li
             problems.append(_unknown_flag_message(flag, resolved, known))
     if problems:
         raise ServerError(
-            f"SGLang {sglang_version} does not accept these server flags ([server] args): "
-            + "; ".join(problems)
+            f"SGLang {sglang_version} does not accept these server flags ([server] args): " + "; ".join(problems)
         )
     return warnings
 

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from perfgate.errors import ServerError
 from perfgate.profile import ServerSpec
 from perfgate.server._gpu_procs import gpu_holders
 from perfgate.server._process import ServerProcess, group_members
-from perfgate.server._sglang import check_flags, find_sglang_root, flags_from_source, known_flags, sglang_help_text, sglang_versions
+from perfgate.server._sglang import (
+    check_flags,
+    find_sglang_root,
+    flags_from_source,
+    known_flags,
+    sglang_help_text,
+    sglang_versions,
+)
 from perfgate.server.autotune import (
     AutotunePlan,
     autotune_cache_root,

@@ -32,7 +32,9 @@ def record_baseline(
     store refuses numbers worse than the stored ones unless ``reason`` is given (BaselineError
     naming ``accept_option``, the option that gives it).
     """
-    telemetry = {f"repeat_{i}": window_json(r.telemetry) for i, r in enumerate(repeats, start=1) if r.telemetry is not None}
+    telemetry = {
+        f"repeat_{i}": window_json(r.telemetry) for i, r in enumerate(repeats, start=1) if r.telemetry is not None
+    }
     return record_values(
         store,
         profile,
@@ -75,4 +77,6 @@ def record_values(
         telemetry=dict(telemetry or {}),
         provenance=prov,
     )
-    return store.save(baseline, rules=rules, accept_regression=reason, alpha=profile.gate.alpha, accept_option=accept_option)
+    return store.save(
+        baseline, rules=rules, accept_regression=reason, alpha=profile.gate.alpha, accept_option=accept_option
+    )

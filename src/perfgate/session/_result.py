@@ -29,7 +29,8 @@ def _finite(obj: Any) -> Any:
 
 def window_json(window: TelemetryWindow) -> dict[str, Any]:
     """A telemetry window as JSON-able data (non-finite numbers become null)."""
-    return _finite(asdict(window))
+    doc: dict[str, Any] = _finite(asdict(window))
+    return doc
 
 
 @dataclass
@@ -76,8 +77,10 @@ class RepeatResult:
         gap = self.output_token_gap()
         server_tokens = self.server.generation_tokens if self.server is not None else None
         if gap is not None and server_tokens is not None and abs(gap) > _GAP_NOTE:
-            notes.append(f"the server counted {server_tokens:,.0f} output tokens, the client "
-                         f"{server_tokens / (1 + gap):,.0f} ({gap:+.1%})")
+            notes.append(
+                f"the server counted {server_tokens:,.0f} output tokens, the client "
+                f"{server_tokens / (1 + gap):,.0f} ({gap:+.1%})"
+            )
         return notes
 
     def _window_output_tokens(self) -> float:

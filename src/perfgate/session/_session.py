@@ -16,14 +16,13 @@ from perfgate.baseline import Baseline, BaselineStore, Fingerprint, fingerprint_
 from perfgate.errors import BaselineError, LoadError, PerfgateError, ProfileError, TelemetryError
 from perfgate.gpu import Hardware, host_without_gpus
 from perfgate.load import ClientLimits, LoadRun, Progress, check_dataset, dataset_identity, run_workload
-from perfgate.metrics import ServingMetrics, compute_metrics
-from perfgate.metrics import SLO_METRICS
+from perfgate.metrics import SLO_METRICS, ServingMetrics, compute_metrics
 from perfgate.profile import Profile, Sweep, Workload
 from perfgate.server import RunningServer, ServerConfig, server_config, start_server
 from perfgate.session._record import record_baseline, record_values
 from perfgate.session._result import RepeatResult, SweepResult, WorkloadResult
-from perfgate.session._sweep import SweepRun
 from perfgate.session._summary import RunSummary, ServerSummary
+from perfgate.session._sweep import SweepRun
 from perfgate.telemetry import (
     SERVER_METRICS,
     GpuIdentity,
@@ -34,7 +33,6 @@ from perfgate.telemetry import (
     open_server_monitor,
 )
 from perfgate.verdict import CAPACITY, MetricRule, MetricVerdict, WorkloadVerdict, capacity_rule, judge, rules_for
-
 
 RepeatRunner = Callable[[Callable[[], None], int], None]
 
@@ -81,12 +79,16 @@ def _check_gate_applies(profile: Profile) -> None:
     gate = profile.gate
     in_gate = {*gate.tolerance, *gate.floors, *gate.ceilings}
     if CAPACITY in in_gate and not profile.sweeps:
-        raise ValueError("[gate] sets capacity, which only sweeps measure (concurrency = [...] or request_rate = "
-                         "[...]); this profile has none")
+        raise ValueError(
+            "[gate] sets capacity, which only sweeps measure (concurrency = [...] or request_rate = "
+            "[...]); this profile has none"
+        )
     slo_metrics = sorted(in_gate & SLO_METRICS)
     if slo_metrics and not any(w.slo is not None for w in profile.workloads):
-        raise ValueError(f"[gate] sets {', '.join(slo_metrics)}, which only workloads with an slo measure; "
-                         "add slo = { ... } to a workload")
+        raise ValueError(
+            f"[gate] sets {', '.join(slo_metrics)}, which only workloads with an slo measure; "
+            "add slo = { ... } to a workload"
+        )
 
 
 def _failed_summary(load: LoadRun) -> str:
@@ -132,16 +134,21 @@ class Session:
             _check_gate_applies(profile)
         except ValueError as e:
             raise ProfileError(f"profile {profile.path}: {e}") from None
-        self._gated_server_metrics = sorted({r.metric for rules in self._rules.values() for r in rules} & SERVER_METRICS)
+        self._gated_server_metrics = sorted(
+            {r.metric for rules in self._rules.values() for r in rules} & SERVER_METRICS
+        )
         if self._gated_server_metrics and not profile.telemetry.server_metrics_path:
             raise ProfileError(
-                f"profile {profile.path}: [telemetry] server_metrics_path is \"\" but {', '.join(self._gated_server_metrics)} "
+                f'profile {profile.path}: [telemetry] server_metrics_path is "" but '
+                f"{', '.join(self._gated_server_metrics)} "
                 'is gated: the server\'s metrics are needed; set server_metrics_path = "/metrics"'
             )
         # A ShareGPT file that cannot give the prompts is found before a multi-minute boot.
         for w in profile.workloads:
             check_dataset(w)
-        self.store_notes = [] if options.measure_only else self.store.check(profile.name, for_update=options.update_baselines)
+        self.store_notes = (
+            [] if options.measure_only else self.store.check(profile.name, for_update=options.update_baselines)
+        )
 
     # -- server and telemetry -------------------------------------------------------------
     def server(self) -> RunningServer:
@@ -178,7 +185,8 @@ class Session:
             self.telemetry_note = monitor.reason
             if spec.require_power:
                 raise TelemetryError(
-                    f"profile {self.profile.path}: [telemetry] require_power = true but power cannot be measured: {monitor.reason}"
+                    f"profile {self.profile.path}: [telemetry] require_power = true but power cannot be measured: "
+                    f"{monitor.reason}"
                 )
             return
         monitor.start()
@@ -191,7 +199,9 @@ class Session:
             self.server_metrics_note = 'not read ([telemetry] server_metrics_path = "")'
             return
         try:
-            monitor = open_server_monitor(server.base_url, spec.server_metrics_path, interval_s=spec.server_metrics_interval_s)
+            monitor = open_server_monitor(
+                server.base_url, spec.server_metrics_path, interval_s=spec.server_metrics_interval_s
+            )
         except TelemetryError as e:
             if self._gated_server_metrics:
                 raise TelemetryError(
@@ -266,7 +276,9 @@ class Session:
         pytest-benchmark's pedantic mode so each repeat is also a timed benchmark round. On a
         PerfgateError the repeats completed so far stay in ``results`` with the error.
         """
-        return self._once(workload, lambda repeats: self._run(workload, repeats, on_progress, repeat_runner or _call_n_times))
+        return self._once(
+            workload, lambda repeats: self._run(workload, repeats, on_progress, repeat_runner or _call_n_times)
+        )
 
     def measure(self, workload: Workload, on_progress: Callable[[Progress], None] | None = None) -> WorkloadResult:
         """Run ``workload``'s repeats and nothing more: no verdict, no baseline, no reruns
@@ -294,7 +306,10 @@ class Session:
         except PerfgateError as e:
             self.failures[workload.name] = e
             self.results[workload.name] = WorkloadResult(
-                workload=workload.name, repeats=repeats, invalid_reasons=self.invalid_reasons(workload, repeats), error=str(e)
+                workload=workload.name,
+                repeats=repeats,
+                invalid_reasons=self.invalid_reasons(workload, repeats),
+                error=str(e),
             )
             raise
         self.results[workload.name] = result
@@ -313,7 +328,9 @@ class Session:
         one_repeat = self.repeat_fn(workload, repeats, on_progress)
         repeat_runner(one_repeat, n)
         if len(repeats) != n:
-            raise PerfgateError(f"workload {workload.name}: {len(repeats)} of {n} repeats ran; the repeat runner must run each once")
+            raise PerfgateError(
+                f"workload {workload.name}: {len(repeats)} of {n} repeats ran; the repeat runner must run each once"
+            )
         return one_repeat, self.fingerprint({**workload.spec(), **dataset_identity(workload)})
 
     def _run(
@@ -331,7 +348,9 @@ class Session:
         def verdict_now() -> WorkloadVerdict[MetricVerdict]:
             return self.judge(workload.name, rules, [r.flat_metrics() for r in repeats], baseline, note)
 
-        verdict = self.decide(verdict_now, lambda: _call_n_times(one_repeat, 1), n, max(self.profile.max_repeats_for(workload), n))
+        verdict = self.decide(
+            verdict_now, lambda: _call_n_times(one_repeat, 1), n, max(self.profile.max_repeats_for(workload), n)
+        )
         result = WorkloadResult(
             workload=workload.name,
             repeats=repeats,
@@ -364,7 +383,9 @@ class Session:
             result.baseline_note = "; ".join(["recorded", *self.store.take_notes()])
             # The accepted numbers are now the baseline: the tests pass against them, and the
             # summary shows the previous baseline next to them (old -> new).
-            result.verdict = judge(workload.name, rules, result.repeat_metrics(), result.repeat_metrics(), alpha=self.profile.gate.alpha)
+            result.verdict = judge(
+                workload.name, rules, result.repeat_metrics(), result.repeat_metrics(), alpha=self.profile.gate.alpha
+            )
         return result
 
     def baseline_for(self, name: str, fingerprint: Fingerprint) -> tuple[Baseline | None, str]:
@@ -375,7 +396,12 @@ class Session:
         return None, others_note(fingerprint, self.store.others(self.profile.name, name, fingerprint))
 
     def judge(
-        self, name: str, rules: Sequence[MetricRule], current: list[dict[str, float]], baseline: Baseline | None, note: str
+        self,
+        name: str,
+        rules: Sequence[MetricRule],
+        current: list[dict[str, float]],
+        baseline: Baseline | None,
+        note: str,
     ) -> WorkloadVerdict[MetricVerdict]:
         """``current`` repeats against ``baseline`` under the profile's [gate] policy."""
         gate = self.profile.gate
@@ -391,7 +417,11 @@ class Session:
         )
 
     def decide(
-        self, verdict_now: Callable[[], WorkloadVerdict[MetricVerdict]], more: Callable[[], None], n: int, max_repeats: int
+        self,
+        verdict_now: Callable[[], WorkloadVerdict[MetricVerdict]],
+        more: Callable[[], None],
+        n: int,
+        max_repeats: int,
     ) -> WorkloadVerdict[MetricVerdict]:
         """The verdict after the [gate] policy's extra repeats (``more()`` runs one): a failure is
         confirmed on twice the evidence with ``confirm_on_fail``, and a verdict past its limit but
@@ -435,7 +465,9 @@ class Session:
                     model=server.model,
                     api_key_env=self.profile.server.api_key_env,
                     admin_api_key_env=self.profile.server.admin_api_key_env,
-                    limits=ClientLimits(self.profile.gate.client_max_lag_p99_ms, self.profile.gate.client_max_cpu_share),
+                    limits=ClientLimits(
+                        self.profile.gate.client_max_lag_p99_ms, self.profile.gate.client_max_cpu_share
+                    ),
                     on_progress=_scraping_at_warmup_end(scraper, on_progress),
                     repeat=len(repeats),
                     keep_alive=self.profile.server.keep_alive,
@@ -467,8 +499,9 @@ class Session:
             except TelemetryError as e:
                 server_note = str(e)
         if self._monitor is None:
-            return RepeatResult(load, metrics, None, self.telemetry_note or "telemetry disabled",
-                                server=server, server_note=server_note)
+            return RepeatResult(
+                load, metrics, None, self.telemetry_note or "telemetry disabled", server=server, server_note=server_note
+            )
         return RepeatResult(
             load,
             metrics,
@@ -479,7 +512,9 @@ class Session:
             server_note=server_note,
         )
 
-    def invalid_reasons(self, workload: Workload, repeats: list[RepeatResult], *, count_failures: bool = True) -> list[str]:
+    def invalid_reasons(
+        self, workload: Workload, repeats: list[RepeatResult], *, count_failures: bool = True
+    ) -> list[str]:
         """Why these repeats of ``workload`` do not describe the server under this load alone;
         ``count_failures`` = False leaves failed requests out (a sweep counts them beyond the SLO)."""
         reasons = []
@@ -495,19 +530,25 @@ class Session:
                 )
             client = r.load.client
             if not client.valid:
-                reasons.append(f"repeat {i}: the load client, not the server, set the pace ({client.reason}): {client.advice}")
+                reasons.append(
+                    f"repeat {i}: the load client, not the server, set the pace ({client.reason}): {client.advice}"
+                )
             gap = r.output_token_gap()
             bound = self.profile.gate.server_max_disagreement
             if gap is not None and abs(gap) > bound:
                 reasons.append(
                     f"repeat {i}: the server's /metrics counted {gap:+.1%} output tokens against the client's "
                     f"(more than [gate] server_max_disagreement {bound:.0%}): another load shared the server during "
-                    "the run, or the client or the server miscounts tokens; the numbers do not describe this workload alone"
+                    "the run, or the client or the server miscounts tokens; the numbers do not describe this "
+                    "workload alone"
                 )
             values = r.flat_metrics()
             # A NaN (e.g. a gauge the server reports as NaN) is not a measurement either.
-            missing = [m for m in self._gated_server_metrics
-                       if m in self._rule_names(workload) and not math.isfinite(values.get(m, math.nan))]
+            missing = [
+                m
+                for m in self._gated_server_metrics
+                if m in self._rule_names(workload) and not math.isfinite(values.get(m, math.nan))
+            ]
             if missing:
                 why = r.server_note or "the server's /metrics does not report it"
                 reasons.append(f"repeat {i}: gated {', '.join(missing)} not measured ({why})")

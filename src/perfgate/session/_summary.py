@@ -56,4 +56,6 @@ class RunSummary:
     @property
     def failures(self) -> dict[str, str]:
         """workload or sweep -> why it stopped, for every one that did not finish."""
-        return {w.workload: w.error for w in self.workloads if w.error} | {s.sweep: s.error for s in self.sweeps if s.error}
+        return {w.workload: w.error for w in self.workloads if w.error} | {
+            s.sweep: s.error for s in self.sweeps if s.error
+        }

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from perfgate.errors import PerfgateError
 from perfgate.load import Progress, dataset_identity
 from perfgate.metrics import bisect_between, capacity, within_slo
 from perfgate.profile import Slo, Sweep, Workload
@@ -92,16 +91,19 @@ class SweepRun:
             if mid is None:
                 return
             points.insert(first_out, self._run_point(mid, self.n))
-            self._bisected.append(f"bisected: ran {self.sweep.axis} {mid:g} between {points[first_out - 1].load:g} "
-                                     f"and {points[first_out + 1].load:g}")
+            self._bisected.append(
+                f"bisected: ran {self.sweep.axis} {mid:g} between {points[first_out - 1].load:g} "
+                f"and {points[first_out + 1].load:g}"
+            )
 
     def _update(self) -> None:
         """Recompute ``within`` and the capacities from every point's repeats."""
         result, sweep = self.result, self.sweep
         k = min(len(p.repeats) for p in result.points)
         loads = [p.load for p in result.points]
-        result.within = [[_meets(p.repeats[i].flat_metrics(), self.slo, sweep.base) for p in result.points]
-                         for i in range(k)]
+        result.within = [
+            [_meets(p.repeats[i].flat_metrics(), self.slo, sweep.base) for p in result.points] for i in range(k)
+        ]
         result.capacities = [capacity(loads, row) for row in result.within]
         result.invalid_reasons = [
             f"{p.workload}: {reason}"
@@ -131,5 +133,10 @@ class SweepRun:
             self.sweep.name, result.fingerprint, result.capacity_repeats(), [self.rule]
         )
         result.recorded, result.baseline_path = True, str(path)
-        result.verdict = judge(self.sweep.name, [self.rule], result.capacity_repeats(), result.capacity_repeats(),
-                               alpha=self.s.profile.gate.alpha)
+        result.verdict = judge(
+            self.sweep.name,
+            [self.rule],
+            result.capacity_repeats(),
+            result.capacity_repeats(),
+            alpha=self.s.profile.gate.alpha,
+        )

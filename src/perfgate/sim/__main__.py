@@ -34,7 +34,11 @@ def main(argv: list[str] | None = None) -> int:
     srv = SimServer(opts)
     try:
         web.run_app(
-            build_app(srv), host=opts.host, port=opts.port, access_log=None, print=srv.on_listening,
+            build_app(srv),
+            host=opts.host,
+            port=opts.port,
+            access_log=None,
+            print=srv.on_listening,
             # uvicorn under SGLang accepts 2048 pending connects; aiohttp's default 128 would add
             # SYN-retry seconds to TTFT when 1024 clients connect at once.
             backlog=2048,

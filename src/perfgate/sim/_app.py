@@ -41,8 +41,9 @@ def _json(body: object, status: int = 200) -> web.Response:
 def _error_400(message: str, openai: bool) -> web.Response:
     """OpenAI routes answer an ErrorResponse; native routes ``{"error": {"message": ...}}``."""
     if openai:
-        return _json({"object": "error", "message": message, "type": "BadRequestError", "param": None,
-                      "code": 400}, status=400)
+        return _json(
+            {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400}, status=400
+        )
     return _json({"error": {"message": message}}, status=400)
 
 
@@ -78,73 +79,85 @@ async def health(request: web.Request) -> web.Response:
 
 async def model_info(request: web.Request) -> web.Response:
     opts = _srv(request).opts
-    return _json({
-        "model_path": opts.model_path,
-        "served_model_name": opts.served_model_name,
-        "tokenizer_path": opts.model_path,
-        "is_generation": True,
-        "preferred_sampling_params": None,
-        "weight_version": "default",
-        "load_format": "auto",
-        "reasoning_parser": None,
-        "tool_call_parser": None,
-        "disaggregation_mode": "null",
-        "has_image_understanding": False,
-        "has_audio_understanding": False,
-        "model_type": "glm_moe_dsa",
-        "architectures": ["GlmMoeDsaForCausalLM"],
-    })
+    return _json(
+        {
+            "model_path": opts.model_path,
+            "served_model_name": opts.served_model_name,
+            "tokenizer_path": opts.model_path,
+            "is_generation": True,
+            "preferred_sampling_params": None,
+            "weight_version": "default",
+            "load_format": "auto",
+            "reasoning_parser": None,
+            "tool_call_parser": None,
+            "disaggregation_mode": "null",
+            "has_image_understanding": False,
+            "has_audio_understanding": False,
+            "model_type": "glm_moe_dsa",
+            "architectures": ["GlmMoeDsaForCausalLM"],
+        }
+    )
 
 
 async def server_info(request: web.Request) -> web.Response:
     srv = _srv(request)
     opts = srv.opts
-    return _json({
-        "model_path": opts.model_path,
-        "tokenizer_path": opts.model_path,
-        "served_model_name": opts.served_model_name,
-        "host": opts.host,
-        "port": opts.port,
-        "tp_size": opts.gpus,
-        "dp_size": 1,
-        "pp_size": 1,
-        "ep_size": 1,
-        "max_running_requests": opts.max_running_requests,
-        "chunked_prefill_size": opts.chunked_prefill_size,
-        "max_total_tokens": opts.max_total_tokens,
-        "context_length": opts.max_total_tokens,
-        "stream_interval": opts.stream_interval,
-        "quantization": "modelopt_fp4",
-        "kv_cache_dtype": "auto",
-        "moe_runner_backend": "flashinfer_cutlass",
-        "attention_backend": "flashinfer",
-        "disable_radix_cache": opts.disable_radix_cache,
-        "disable_cuda_graph": False,
-        "enable_metrics": True,
-        "random_seed": opts.seed,
-        "launch_command": " ".join([sys.executable, "-m", "perfgate.sim", *sys.argv[1:]]),
-        "max_total_num_tokens": opts.max_total_tokens,
-        "startup_time": srv.startup_time,
-        "internal_states": [{
-            "last_gen_throughput": srv.gauges()["sglang:gen_throughput"],
-            "num_running_reqs": srv.engine.num_running,
-            "num_waiting_reqs": srv.engine.num_waiting,
-        }],
-        "version": opts.version or VERSION,
-        "frontend": "python",
-        "perfgate_sim": {
-            "options": opts.as_dict(),
-            "slowdown": opts.slowdown,
-            "gpus": [g.as_dict() for g in srv.gpus],
-        },
-    })
+    return _json(
+        {
+            "model_path": opts.model_path,
+            "tokenizer_path": opts.model_path,
+            "served_model_name": opts.served_model_name,
+            "host": opts.host,
+            "port": opts.port,
+            "tp_size": opts.gpus,
+            "dp_size": 1,
+            "pp_size": 1,
+            "ep_size": 1,
+            "max_running_requests": opts.max_running_requests,
+            "chunked_prefill_size": opts.chunked_prefill_size,
+            "max_total_tokens": opts.max_total_tokens,
+            "context_length": opts.max_total_tokens,
+            "stream_interval": opts.stream_interval,
+            "quantization": "modelopt_fp4",
+            "kv_cache_dtype": "auto",
+            "moe_runner_backend": "flashinfer_cutlass",
+            "attention_backend": "flashinfer",
+            "disable_radix_cache": opts.disable_radix_cache,
+            "disable_cuda_graph": False,
+            "enable_metrics": True,
+            "random_seed": opts.seed,
+            "launch_command": " ".join([sys.executable, "-m", "perfgate.sim", *sys.argv[1:]]),
+            "max_total_num_tokens": opts.max_total_tokens,
+            "startup_time": srv.startup_time,
+            "internal_states": [
+                {
+                    "last_gen_throughput": srv.gauges()["sglang:gen_throughput"],
+                    "num_running_reqs": srv.engine.num_running,
+                    "num_waiting_reqs": srv.engine.num_waiting,
+                }
+            ],
+            "version": opts.version or VERSION,
+            "frontend": "python",
+            "perfgate_sim": {
+                "options": opts.as_dict(),
+                "slowdown": opts.slowdown,
+                "gpus": [g.as_dict() for g in srv.gpus],
+            },
+        }
+    )
 
 
 async def models(request: web.Request) -> web.Response:
     opts = _srv(request).opts
-    card = {"id": opts.served_model_name, "object": "model", "created": int(time.time()),
-            "owned_by": "sglang", "root": opts.served_model_name, "parent": None,
-            "max_model_len": opts.max_total_tokens}
+    card = {
+        "id": opts.served_model_name,
+        "object": "model",
+        "created": int(time.time()),
+        "owned_by": "sglang",
+        "root": opts.served_model_name,
+        "parent": None,
+        "max_model_len": opts.max_total_tokens,
+    }
     return _json({"object": "list", "data": [card]})
 
 
@@ -158,10 +171,12 @@ async def flush_cache(request: web.Request) -> web.Response:
         return _error_400("timeout must be a number >= 0", openai=False)
     if srv.engine.idle() or (timeout_s > 0 and await srv.wait_idle(timeout_s)):
         srv.engine.flush_cache()
-        return web.Response(text=(
-            "Cache flushed.\nPlease check backend logs for more details. (When there are running or "
-            "waiting requests, the operation will not be performed.)\n"
-        ))
+        return web.Response(
+            text=(
+                "Cache flushed.\nPlease check backend logs for more details. (When there are running or "
+                "waiting requests, the operation will not be performed.)\n"
+            )
+        )
     return web.Response(status=400, text="Flush cache failed: there are running or waiting requests.\n")
 
 
@@ -310,8 +325,16 @@ async def _generation(request: web.Request, kind: type[Req]) -> web.StreamRespon
         os._exit(1)
     faults = plan_faults(srv.fault_rng, opts)
     if faults.http_error:
-        return _json({"object": "error", "message": "perfgate.sim injected an internal error",
-                      "type": "InternalServerError", "param": None, "code": 500}, status=500)
+        return _json(
+            {
+                "object": "error",
+                "message": "perfgate.sim injected an internal error",
+                "type": "InternalServerError",
+                "param": None,
+                "code": 500,
+            },
+            status=500,
+        )
     try:
         body = await _read_json(request)
         parse = {GenerateReq: _parse_generate, CompletionReq: _parse_completion, ChatReq: _parse_chat}[kind]

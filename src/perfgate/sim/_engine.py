@@ -328,11 +328,7 @@ class Engine:
         finished: Sequence[int],
     ) -> Step:
         cfg = self.config
-        model_ms = (
-            cfg.step_fixed_ms
-            + cfg.step_per_request_ms * batch
-            + cfg.step_per_prefill_token_ms * prefill_tokens
-        )
+        model_ms = cfg.step_fixed_ms + cfg.step_per_request_ms * batch + cfg.step_per_prefill_token_ms * prefill_tokens
         if cfg.zero_cost:
             duration_s = 0.0
         else:
@@ -439,9 +435,7 @@ def simulate(
     ttft = tuple(first[i] - sent_at[i] for i in range(n))
     latency = tuple(done[i] - sent_at[i] for i in range(n))
     outs = tuple(a[2] for a in arrivals)
-    tpot = tuple(
-        (latency[i] - ttft[i]) / (outs[i] - 1) * 1e3 if outs[i] > 1 else math.nan for i in range(n)
-    )
+    tpot = tuple((latency[i] - ttft[i]) / (outs[i] - 1) * 1e3 if outs[i] > 1 else math.nan for i in range(n))
     tpots = [x for x in tpot if not math.isnan(x)]
     duration = max(done) - t0
     in_total = sum(a[1] for a in arrivals)

@@ -149,8 +149,12 @@ def render_dcgm(gpus: tuple[SimGpu, ...], model: PowerModel, now_s: float, new_n
     fb_used = [88_412.0] * len(gpus)
     if new_names:
         add("DCGM_FI_DEV_BOARD_POWER_WATTS", "gauge", "Board power draw (in W).", power)
-        add("DCGM_FI_DEV_BOARD_POWER_LIMIT_ENFORCED_WATTS", "gauge", "Enforced power limit (in W).",
-            [g.power_limit_w for g in gpus])
+        add(
+            "DCGM_FI_DEV_BOARD_POWER_LIMIT_ENFORCED_WATTS",
+            "gauge",
+            "Enforced power limit (in W).",
+            [g.power_limit_w for g in gpus],
+        )
         add("DCGM_FI_DEV_GPU_UTIL_RATIO", "gauge", "GPU utilization (ratio).", busy)
         add("DCGM_FI_DEV_GPU_TEMP_CELSIUS", "gauge", "GPU temperature (in C).", temp)
         add("DCGM_FI_PROF_SM_UTIL_RATIO", "gauge", "SM activity (ratio).", [0.97 * b for b in busy])
@@ -160,19 +164,34 @@ def render_dcgm(gpus: tuple[SimGpu, ...], model: PowerModel, now_s: float, new_n
         add("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", power)
         add("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", [round(100.0 * b) for b in busy])
         add("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", [round(t) for t in temp])
-        add("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics engine is active.",
-            [0.98 * b for b in busy])
-        add("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge", "Ratio of cycles the tensor (HMMA) pipe is active.",
-            [0.21 * b for b in busy])
-        add("DCGM_FI_PROF_DRAM_ACTIVE", "gauge", "Ratio of cycles the device memory interface is active.",
-            [0.38 * b for b in busy])
-    add("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter",
-        "Total energy consumption since boot (in mJ).", [r.energy_mj for r in readings])
+        add(
+            "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+            "gauge",
+            "Ratio of time the graphics engine is active.",
+            [0.98 * b for b in busy],
+        )
+        add(
+            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+            "gauge",
+            "Ratio of cycles the tensor (HMMA) pipe is active.",
+            [0.21 * b for b in busy],
+        )
+        add(
+            "DCGM_FI_PROF_DRAM_ACTIVE",
+            "gauge",
+            "Ratio of cycles the device memory interface is active.",
+            [0.38 * b for b in busy],
+        )
+    add(
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "counter",
+        "Total energy consumption since boot (in mJ).",
+        [r.energy_mj for r in readings],
+    )
     add("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", [round(c) for c in sm_clock])
     add("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).", [14_001.0] * len(gpus))
     add("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", fb_used)
-    add("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).",
-        [FB_TOTAL_MIB - u for u in fb_used])
+    add("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", [FB_TOTAL_MIB - u for u in fb_used])
     lines = []
     for name, kind, help_text, values in series:
         lines.append(f"# HELP {name} {help_text}")

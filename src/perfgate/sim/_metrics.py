@@ -17,17 +17,38 @@ from prometheus_client.registry import Collector
 
 # SGLang 0.5.23's default buckets (srt/observability/metrics_collector.py).
 TTFT_BUCKETS_S = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
-E2E_BUCKETS_S = TTFT_BUCKETS_S + (600, 1200, 1800, 2400)
+E2E_BUCKETS_S = (*TTFT_BUCKETS_S, 600, 1200, 1800, 2400)
 ITL_BUCKETS_S = (
-    0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.060,
-    0.080, 0.100, 0.200, 0.400, 0.600, 0.800, 1.000, 2.000, 4.000, 6.000, 8.000,
+    0.002,
+    0.004,
+    0.006,
+    0.008,
+    0.010,
+    0.015,
+    0.020,
+    0.025,
+    0.030,
+    0.035,
+    0.040,
+    0.060,
+    0.080,
+    0.100,
+    0.200,
+    0.400,
+    0.600,
+    0.800,
+    1.000,
+    2.000,
+    4.000,
+    6.000,
+    8.000,
 )
 
 
 class Hist:
     """Counts per bucket (upper bounds inclusive, as Prometheus' ``le``) plus sum."""
 
-    __slots__ = ("bounds", "counts", "total", "sum")
+    __slots__ = ("bounds", "counts", "sum", "total")
 
     def __init__(self, bounds: tuple[float, ...]) -> None:
         self.bounds = bounds
@@ -91,8 +112,11 @@ class _Collector(Collector):
                 c.add_metric([model, str(streaming).lower()], value)
             yield c
         # SGLang counts cache hits by source; the simulator's cache is on the device.
-        c = CounterMetricFamily("sglang:cached_tokens", "Number of cached prompt tokens by source (device/host/storage).",
-                                labels=["model_name", "cache_source"])
+        c = CounterMetricFamily(
+            "sglang:cached_tokens",
+            "Number of cached prompt tokens by source (device/host/storage).",
+            labels=["model_name", "cache_source"],
+        )
         c.add_metric([model, "device"], m.cached_tokens)
         yield c
         for name, doc, hists in (
@@ -104,7 +128,8 @@ class _Collector(Collector):
                 h.add_metric([model, str(streaming).lower()], hist.buckets(), hist.sum)
             yield h
         h = HistogramMetricFamily(
-            "sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+            "sglang:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
             labels=["model_name"],
         )
         h.add_metric([model], m.itl.buckets(), m.itl.sum)

@@ -142,8 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def flag(name: str, help_text: str | None = None) -> None:
         # "--flag", "--flag true" and "--flag false" all work: the launcher sends values.
-        p.add_argument(name, type=_bool, nargs="?", const=True, default=False, metavar="true|false",
-                       help=help_text)
+        p.add_argument(name, type=_bool, nargs="?", const=True, default=False, metavar="true|false", help=help_text)
 
     fraction = _finite(0.0, 1.0)
     p.add_argument("--host", default="127.0.0.1")
@@ -166,9 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--step-fixed-ms", type=_finite(0.0), default=defaults.step_fixed_ms)
     p.add_argument("--step-per-request-ms", type=_finite(0.0), default=defaults.step_per_request_ms)
-    p.add_argument(
-        "--step-per-prefill-token-ms", type=_finite(0.0), default=defaults.step_per_prefill_token_ms
-    )
+    p.add_argument("--step-per-prefill-token-ms", type=_finite(0.0), default=defaults.step_per_prefill_token_ms)
     p.add_argument("--noise", type=_finite(0.0), default=defaults.noise, help="iid per-step jitter (rel. std)")
     p.add_argument("--drift", type=_finite(0.0), default=defaults.drift, help="slow AR(1) speed factor (rel. std)")
     p.add_argument("--seed", type=_int, default=defaults.seed)
@@ -185,9 +182,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--truncate-rate", type=fraction, default=0.0)
     p.add_argument("--short-rate", type=fraction, default=0.0)
     p.add_argument("--idle-gpus", type=_int_at_least(0), default=0)
-    flag("--disable-radix-cache", f"no prefix cache: every prompt token is prefilled (SGLang's flag; also {NO_CACHE_ENV}=1)")
-    p.add_argument("--prefix-cache-tokens", type=_int_at_least(1), default=defaults.prefix_cache_tokens,
-                   help="prefix-cache budget in tokens; least recently used prefixes are evicted beyond it")
+    flag(
+        "--disable-radix-cache",
+        f"no prefix cache: every prompt token is prefilled (SGLang's flag; also {NO_CACHE_ENV}=1)",
+    )
+    p.add_argument(
+        "--prefix-cache-tokens",
+        type=_int_at_least(1),
+        default=defaults.prefix_cache_tokens,
+        help="prefix-cache budget in tokens; least recently used prefixes are evicted beyond it",
+    )
     return p
 
 
@@ -216,7 +220,9 @@ def no_cache_from_env(environ: os._Environ[str] | dict[str, str]) -> bool:
     try:
         return _parse_bool(raw)
     except ValueError:
-        raise ValueError(f"{NO_CACHE_ENV}={raw!r} is not true or false: set it to 1 (no prefix cache) or unset it.") from None
+        raise ValueError(
+            f"{NO_CACHE_ENV}={raw!r} is not true or false: set it to 1 (no prefix cache) or unset it."
+        ) from None
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 
 class _Node:
-    __slots__ = ("key", "children", "parent", "last_use")
+    __slots__ = ("children", "key", "last_use", "parent")
 
     def __init__(self, key: tuple[int, ...], parent: _Node | None, last_use: int) -> None:
         self.key = key
@@ -26,7 +26,7 @@ class _Node:
 def _common(a: tuple[int, ...], b: Sequence[int], start: int) -> int:
     """Length of the common prefix of ``a`` and ``b[start:]``."""
     n = min(len(a), len(b) - start)
-    if tuple(b[start:start + n]) == a[:n]:
+    if tuple(b[start : start + n]) == a[:n]:
         return n
     i = 0
     while i < n and a[i] == b[start + i]:

@@ -88,13 +88,35 @@ class Req:
     """One generation request; subclasses know their API's chunk shapes."""
 
     __slots__ = (
-        "srv", "rid", "seq", "eid", "stream", "prompt_tokens", "out_len", "model", "arrival",
-        "first_t", "last_t", "n", "sent", "fault", "fault_at", "short", "transport",
-        "chunked", "done", "body", "created", "include_usage", "continuous_usage", "_mid", "cached", "_tail",
+        "_mid",
+        "_tail",
+        "arrival",
+        "body",
+        "cached",
+        "chunked",
+        "continuous_usage",
+        "created",
+        "done",
+        "eid",
+        "fault",
+        "fault_at",
+        "first_t",
+        "include_usage",
+        "last_t",
+        "model",
+        "n",
+        "out_len",
+        "prompt_tokens",
+        "rid",
+        "sent",
+        "seq",
+        "short",
+        "srv",
+        "stream",
+        "transport",
     )
 
-    def __init__(self, srv: SimServer, seq: int, stream: bool, prompt_tokens: int, out_len: int,
-                 model: str) -> None:
+    def __init__(self, srv: SimServer, seq: int, stream: bool, prompt_tokens: int, out_len: int, model: str) -> None:
         self.srv = srv
         self.seq = seq
         self.eid = -1
@@ -192,7 +214,8 @@ class GenerateReq(Req):
 
     def prepare(self) -> None:
         self._mid = (
-            b'],"meta_info":{"id":"' + self.rid.encode()
+            b'],"meta_info":{"id":"'
+            + self.rid.encode()
             + b'","finish_reason":null,"prompt_tokens":%d' % self.prompt_tokens
             + b',"weight_version":"default","num_retractions":0,"reasoning_tokens":0,"completion_tokens":'
         )
@@ -200,10 +223,17 @@ class GenerateReq(Req):
 
     def chunk(self, n: int) -> bytes:
         tapes = self.srv.tapes
-        return b"".join((
-            b'data: {"text":"', tapes.text[: _WORD_LEN * n], b'","output_ids":[',
-            tapes.ids[: tapes.id_offsets[n]], self._mid, b"%d" % n, self._tail,
-        ))
+        return b"".join(
+            (
+                b'data: {"text":"',
+                tapes.text[: _WORD_LEN * n],
+                b'","output_ids":[',
+                tapes.ids[: tapes.id_offsets[n]],
+                self._mid,
+                b"%d" % n,
+                self._tail,
+            )
+        )
 
     def meta_info(self, now: float) -> dict[str, object]:
         return {
@@ -219,8 +249,7 @@ class GenerateReq(Req):
         }
 
     def response(self, now: float) -> object:
-        return {"text": self.text(), "output_ids": self.srv.tapes.id_list(self.n),
-                "meta_info": self.meta_info(now)}
+        return {"text": self.text(), "output_ids": self.srv.tapes.id_list(self.n), "meta_info": self.meta_info(now)}
 
     def final_chunks(self, now: float) -> bytes:
         return b"data: " + jbytes(self.response(now)) + b"\n\n"
@@ -233,26 +262,41 @@ class CompletionReq(Req):
 
     def prepare(self) -> None:
         self._mid = (
-            b'data: {"id":"' + self.rid.encode() + b'","object":"text_completion","created":%d'
-            % self.created + b',"model":' + jbytes(self.model) + b',"choices":[{"index":0,"text":"'
+            b'data: {"id":"'
+            + self.rid.encode()
+            + b'","object":"text_completion","created":%d' % self.created
+            + b',"model":'
+            + jbytes(self.model)
+            + b',"choices":[{"index":0,"text":"'
         )
 
     def chunk(self, n: int) -> bytes:
-        return b"".join((
-            self._mid, WORD * (n - self.sent),
-            b'","logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":', self.running_usage(n), b"}\n\n",
-        ))
+        return b"".join(
+            (
+                self._mid,
+                WORD * (n - self.sent),
+                b'","logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":',
+                self.running_usage(n),
+                b"}\n\n",
+            )
+        )
 
     def running_usage(self, n: int) -> bytes:
         if not self.continuous_usage:
             return b"null"
         return b'{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d,"reasoning_tokens":0}' % (
-            self.prompt_tokens, self.prompt_tokens + n, n,
+            self.prompt_tokens,
+            self.prompt_tokens + n,
+            n,
         )
 
     def usage(self) -> dict[str, object]:
-        return {"prompt_tokens": self.prompt_tokens, "total_tokens": self.prompt_tokens + self.n,
-                "completion_tokens": self.n, "reasoning_tokens": 0}
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "total_tokens": self.prompt_tokens + self.n,
+            "completion_tokens": self.n,
+            "reasoning_tokens": 0,
+        }
 
     def full_usage(self) -> dict[str, object]:
         """The usage of a final chunk or response, with the prompt's cached tokens."""
@@ -266,25 +310,52 @@ class CompletionReq(Req):
 
     def final_chunks(self, now: float) -> bytes:
         last = {
-            "id": self.rid, "object": "text_completion", "created": self.created, "model": self.model,
-            "choices": [{"index": 0, "text": (WORD * (self.n - self.sent)).decode(), "logprobs": None,
-                         "finish_reason": self._finish_type(), "matched_stop": self._matched()}],
+            "id": self.rid,
+            "object": "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "text": (WORD * (self.n - self.sent)).decode(),
+                    "logprobs": None,
+                    "finish_reason": self._finish_type(),
+                    "matched_stop": self._matched(),
+                }
+            ],
             "usage": self.usage() if self.continuous_usage else None,
         }
         out = b"data: " + jbytes(last) + b"\n\n"
         if self.include_usage:
-            usage = {"id": self.rid, "object": "text_completion", "created": self.created,
-                     "model": self.model, "choices": [], "usage": self.full_usage()}
+            usage = {
+                "id": self.rid,
+                "object": "text_completion",
+                "created": self.created,
+                "model": self.model,
+                "choices": [],
+                "usage": self.full_usage(),
+            }
             out += b"data: " + jbytes(usage) + b"\n\n"
         return out
 
     def response(self, now: float) -> object:
         usage = self.full_usage()
         return {
-            "id": self.rid, "object": "text_completion", "created": self.created, "model": self.model,
-            "choices": [{"index": 0, "text": self.text(), "logprobs": None,
-                         "finish_reason": self._finish_type(), "matched_stop": self._matched()}],
-            "usage": usage, "metadata": None,
+            "id": self.rid,
+            "object": "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "text": self.text(),
+                    "logprobs": None,
+                    "finish_reason": self._finish_type(),
+                    "matched_stop": self._matched(),
+                }
+            ],
+            "usage": usage,
+            "metadata": None,
         }
 
 
@@ -295,17 +366,27 @@ class ChatReq(CompletionReq):
 
     def prepare(self) -> None:
         self._mid = (
-            b'data: {"id":"' + self.rid.encode() + b'","object":"chat.completion.chunk","created":%d'
-            % self.created + b',"model":' + jbytes(self.model) + b',"choices":[{"index":0,"delta":'
+            b'data: {"id":"'
+            + self.rid.encode()
+            + b'","object":"chat.completion.chunk","created":%d' % self.created
+            + b',"model":'
+            + jbytes(self.model)
+            + b',"choices":[{"index":0,"delta":'
         )
 
     _TAIL = b',"logprobs":null,"finish_reason":null,"matched_stop":null}]'
 
     def chunk(self, n: int) -> bytes:
         tail = self._TAIL + (b',"usage":' + self.running_usage(n) if self.continuous_usage else b"") + b"}\n\n"
-        content = b"".join((
-            self._mid, b'{"reasoning_content":null,"content":"', WORD * (n - self.sent), b'"}', tail,
-        ))
+        content = b"".join(
+            (
+                self._mid,
+                b'{"reasoning_content":null,"content":"',
+                WORD * (n - self.sent),
+                b'"}',
+                tail,
+            )
+        )
         if self.sent == 0:
             return self._mid + b'{"reasoning_content":null,"role":"assistant","content":""}' + tail + content
         return content
@@ -315,27 +396,52 @@ class ChatReq(CompletionReq):
         if self.n > self.sent:
             out = self.chunk(self.n)
         finish = {
-            "id": self.rid, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-            "choices": [{"index": 0, "delta": {"reasoning_content": None}, "logprobs": None,
-                         "finish_reason": self._finish_type(), "matched_stop": self._matched()}],
+            "id": self.rid,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"reasoning_content": None},
+                    "logprobs": None,
+                    "finish_reason": self._finish_type(),
+                    "matched_stop": self._matched(),
+                }
+            ],
         }
         out += b"data: " + jbytes(finish) + b"\n\n"
         if self.include_usage:
             usage = self.full_usage()
-            chunk = {"id": self.rid, "object": "chat.completion.chunk", "created": self.created,
-                     "model": self.model, "choices": [], "usage": usage}
+            chunk = {
+                "id": self.rid,
+                "object": "chat.completion.chunk",
+                "created": self.created,
+                "model": self.model,
+                "choices": [],
+                "usage": usage,
+            }
             out += b"data: " + jbytes(chunk) + b"\n\n"
         return out
 
     def response(self, now: float) -> object:
         usage = self.full_usage()
         return {
-            "id": self.rid, "object": "chat.completion", "created": self.created, "model": self.model,
-            "choices": [{"index": 0,
-                         "message": {"role": "assistant", "content": self.text(), "reasoning_content": None},
-                         "logprobs": None, "finish_reason": self._finish_type(),
-                         "matched_stop": self._matched()}],
-            "usage": usage, "metadata": None,
+            "id": self.rid,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": self.text(), "reasoning_content": None},
+                    "logprobs": None,
+                    "finish_reason": self._finish_type(),
+                    "matched_stop": self._matched(),
+                }
+            ],
+            "usage": usage,
+            "metadata": None,
         }
 
 
@@ -454,8 +560,10 @@ class SimServer:
 
     async def _warmup(self) -> None:
         opts = self.opts
-        log(f"perfgate.sim {opts.version or VERSION}: {opts.gpus} x {opts.gpu_name}, model {opts.model_path}, "
-            f"http://{opts.host}:{opts.port}")
+        log(
+            f"perfgate.sim {opts.version or VERSION}: {opts.gpus} x {opts.gpu_name}, model {opts.model_path}, "
+            f"http://{opts.host}:{opts.port}"
+        )
         if opts.hang_at_startup:
             return
         await asyncio.sleep(opts.startup_delay_s)
@@ -542,8 +650,14 @@ class SimServer:
     def fail_midway(self, req: Req, now: float) -> None:
         if req.fault == "error":
             if req.stream:
-                error = {"error": {"message": "perfgate.sim injected a mid-stream error",
-                                   "type": "invalid_request_error", "code": 400, "retryable": False}}
+                error = {
+                    "error": {
+                        "message": "perfgate.sim injected a mid-stream error",
+                        "type": "invalid_request_error",
+                        "code": 400,
+                        "retryable": False,
+                    }
+                }
                 req.send(b"data: " + jbytes(error) + b"\n\ndata: [DONE]\n\n")
             self.finish(req, now, "error")
         else:

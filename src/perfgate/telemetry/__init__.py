@@ -11,12 +11,12 @@ path)`` scrapes the server's Prometheus metrics (SGLang, vLLM) the same way; its
 from perfgate.gpu import NvmlUnavailable
 from perfgate.telemetry._dcgm import DcgmReading, DcgmSource, parse_dcgm_text
 from perfgate.telemetry._model import (
+    TELEMETRY_METRICS,
     GpuIdentity,
     GpuLink,
     GpuSample,
     GpuWindow,
     NotMeasured,
-    TELEMETRY_METRICS,
     TelemetryWindow,
 )
 from perfgate.telemetry._monitor import Monitor, open_monitor
@@ -31,6 +31,8 @@ from perfgate.telemetry._server import (
 )
 
 __all__ = [
+    "SERVER_METRICS",
+    "TELEMETRY_METRICS",
     "DcgmReading",
     "DcgmSource",
     "GpuIdentity",
@@ -41,11 +43,9 @@ __all__ = [
     "NotMeasured",
     "NvmlSource",
     "NvmlUnavailable",
-    "SERVER_METRICS",
     "ServerMonitor",
     "ServerReading",
     "ServerWindow",
-    "TELEMETRY_METRICS",
     "TelemetryWindow",
     "open_monitor",
     "open_server_monitor",

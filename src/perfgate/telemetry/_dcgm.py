@@ -8,14 +8,15 @@ labels. GPUs are keyed by (hostname, UUID).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from perfgate.errors import TelemetryError
 from perfgate.telemetry._model import ActivitySpan, Batch, Event, GpuIdentity, GpuSample
+from perfgate.telemetry._window import ACTIVITY_KEYS
 
 # Prometheus name -> (our field, factor to our unit). Ratios (0-1) become percent, bytes MiB.
 _METRICS: Mapping[str, tuple[str, float]] = {
@@ -46,10 +47,16 @@ _METRICS: Mapping[str, tuple[str, float]] = {
     "DCGM_FI_PROF_NVLINK_RX_BYTES": ("nvlink_rx_mib_s", 1 / 2**20),
 }
 
-_ACTIVITY = ("sm_util_pct", "sm_occupancy_pct", "tensor_util_pct", "dram_bw_util_pct",
-             "pcie_tx_mib_s", "pcie_rx_mib_s", "nvlink_tx_mib_s", "nvlink_rx_mib_s")
-_SAMPLE_FIELDS = ("power_instant_w", "power_avg_w", "energy_j", "util_gpu_pct", "sm_clock_mhz",
-                  "mem_clock_mhz", "temperature_c", "memory_used_mib")
+_SAMPLE_FIELDS = (
+    "power_instant_w",
+    "power_avg_w",
+    "energy_j",
+    "util_gpu_pct",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+    "temperature_c",
+    "memory_used_mib",
+)
 
 
 @dataclass(frozen=True)
@@ -86,15 +93,17 @@ def parse_dcgm_text(text: str) -> list[DcgmReading]:
     readings = []
     for (host, uuid), labels in labels_of.items():
         gpu = labels.get("gpu", "")
-        readings.append(DcgmReading(
-            hostname=host,
-            uuid=uuid,
-            gpu=int(gpu) if gpu.isdigit() else -1,
-            model=labels.get("modelName", ""),
-            pci_bus_id=labels.get("pci_bus_id", ""),
-            driver_version=labels.get("DCGM_FI_DRIVER_VERSION", ""),
-            values=values_of[(host, uuid)],
-        ))
+        readings.append(
+            DcgmReading(
+                hostname=host,
+                uuid=uuid,
+                gpu=int(gpu) if gpu.isdigit() else -1,
+                model=labels.get("modelName", ""),
+                pci_bus_id=labels.get("pci_bus_id", ""),
+                driver_version=labels.get("DCGM_FI_DRIVER_VERSION", ""),
+                values=values_of[(host, uuid)],
+            )
+        )
     return readings
 
 
@@ -110,8 +119,9 @@ class DcgmSource:
 
     def __init__(self, endpoints: Sequence[str], gpus: Sequence[int | str], *, timeout_s: float = 2.0) -> None:
         if not endpoints:
-            raise TelemetryError("telemetry source \"dcgm\" needs [telemetry].dcgm_endpoints "
-                                 "(e.g. [\"http://HOST:9400/metrics\"])")
+            raise TelemetryError(
+                'telemetry source "dcgm" needs [telemetry].dcgm_endpoints (e.g. ["http://HOST:9400/metrics"])'
+            )
         self._endpoints = list(endpoints)
         self._client = httpx.Client(timeout=timeout_s)
         self._seen: set[str] = set()
@@ -168,7 +178,7 @@ class DcgmSource:
                 self._last[key] = (t, r.values)
                 fields: dict[str, Any] = {f: r.values.get(f) for f in _SAMPLE_FIELDS}
                 samples.append(GpuSample(t_s=t, uuid=r.uuid, **fields))
-                act = {k: r.values.get(k) for k in _ACTIVITY}
+                act = {k: r.values.get(k) for k in ACTIVITY_KEYS}
                 if last is not None and any(v is not None for v in act.values()):
                     spans.append(ActivitySpan(last[0], t, r.uuid, act))
         return Batch(tuple(samples), tuple(spans), tuple(events))
@@ -179,9 +189,15 @@ class DcgmSource:
 
 def _select(readings: list[DcgmReading], gpus: Sequence[int | str], urls: Sequence[str]) -> list[GpuIdentity]:
     def ident(r: DcgmReading) -> GpuIdentity:
-        return GpuIdentity(index=r.gpu, uuid=r.uuid, name=r.model or "?", pci_bus_id=r.pci_bus_id,
-                           hostname=r.hostname, power_limit_w=r.values.get("power_limit_w"),
-                           driver_version=r.driver_version)
+        return GpuIdentity(
+            index=r.gpu,
+            uuid=r.uuid,
+            name=r.model or "?",
+            pci_bus_id=r.pci_bus_id,
+            hostname=r.hostname,
+            power_limit_w=r.values.get("power_limit_w"),
+            driver_version=r.driver_version,
+        )
 
     if not readings:
         raise TelemetryError(f"dcgm-exporter endpoints {', '.join(urls)} report no GPU with a UUID label")
@@ -192,7 +208,9 @@ def _select(readings: list[DcgmReading], gpus: Sequence[int | str], urls: Sequen
         match = [r for r in readings if (r.uuid == spec if isinstance(spec, str) else r.gpu == spec)]
         if not match:
             available = ", ".join(f"{r.hostname}:{r.gpu}={r.uuid}" for r in readings)
-            raise TelemetryError(f"GPU {spec!r} (profile [server].gpus) is not reported by dcgm-exporter at "
-                                 f"{', '.join(urls)}; reported: {available}")
+            raise TelemetryError(
+                f"GPU {spec!r} (profile [server].gpus) is not reported by dcgm-exporter at "
+                f"{', '.join(urls)}; reported: {available}"
+            )
         chosen += [ident(r) for r in match if ident(r) not in chosen]
     return chosen

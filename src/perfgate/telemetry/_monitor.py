@@ -50,8 +50,15 @@ class Monitor:
     :attr:`sampler_cpu_pct` reports the thread's own CPU cost.
     """
 
-    def __init__(self, source: Source, *, interval_s: float = 0.1, activity_period_s: float = 1.0,
-                 counter_period_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        source: Source,
+        *,
+        interval_s: float = 0.1,
+        activity_period_s: float = 1.0,
+        counter_period_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if interval_s <= 0:
             source.close()
             raise TelemetryError(f"[telemetry].interval_s must be > 0, got {interval_s}")
@@ -130,7 +137,7 @@ class Monitor:
                 break
             try:
                 self.sample_now()
-            except Exception as err:  # noqa: BLE001 - the sampler must outlive any source bug
+            except Exception as err:
                 with self._lock:
                     self._events.append(Event(self._clock(), f"sampler error: {type(err).__name__}: {err}"))
             self._cpu_s = time.thread_time() - cpu0
@@ -192,12 +199,12 @@ class Monitor:
         notes = [e.message for e in events if start_s <= e.t_s <= end_s]
         gpus = []
         for ident in self._idents:
-            window, gpu_notes = summarize_gpu(ident, _near(samples[ident.uuid], start_s, end_s),
-                                              spans[ident.uuid], start_s, end_s)
+            window, gpu_notes = summarize_gpu(
+                ident, _near(samples[ident.uuid], start_s, end_s), spans[ident.uuid], start_s, end_s
+            )
             gpus.append(window)
             notes += gpu_notes
-        return TelemetryWindow(start_s=start_s, end_s=end_s, source=self.source,
-                               gpus=tuple(gpus), notes=tuple(notes))
+        return TelemetryWindow(start_s=start_s, end_s=end_s, source=self.source, gpus=tuple(gpus), notes=tuple(notes))
 
     def timeline(self, start_s: float, end_s: float) -> dict[str, Any]:
         """Per-GPU sample series in ``[start_s, end_s]`` as JSON-able lists (for plots)."""
@@ -207,20 +214,21 @@ class Monitor:
         gpus = []
         for ident in self._idents:
             rows = samples[ident.uuid]
-            gpus.append({
-                "index": ident.index,
-                "uuid": ident.uuid,
-                "name": ident.name,
-                "hostname": ident.hostname,
-                "t_s": [s.t_s for s in rows],
-                "power_w": [s.power_instant_w if s.power_instant_w is not None else s.power_avg_w
-                            for s in rows],
-                "energy_j": [s.energy_j for s in rows],
-                "util_gpu_pct": [s.util_gpu_pct for s in rows],
-                "sm_clock_mhz": [s.sm_clock_mhz for s in rows],
-                "temperature_c": [s.temperature_c for s in rows],
-                "activity": [{"t0_s": sp.t0_s, "t1_s": sp.t1_s, **sp.values} for sp in spans[ident.uuid]],
-            })
+            gpus.append(
+                {
+                    "index": ident.index,
+                    "uuid": ident.uuid,
+                    "name": ident.name,
+                    "hostname": ident.hostname,
+                    "t_s": [s.t_s for s in rows],
+                    "power_w": [s.power_instant_w if s.power_instant_w is not None else s.power_avg_w for s in rows],
+                    "energy_j": [s.energy_j for s in rows],
+                    "util_gpu_pct": [s.util_gpu_pct for s in rows],
+                    "sm_clock_mhz": [s.sm_clock_mhz for s in rows],
+                    "temperature_c": [s.temperature_c for s in rows],
+                    "activity": [{"t0_s": sp.t0_s, "t1_s": sp.t1_s, **sp.values} for sp in spans[ident.uuid]],
+                }
+            )
         return {"source": self.source, "start_s": start_s, "end_s": end_s, "gpus": gpus}
 
 
@@ -234,7 +242,7 @@ def _near(samples: list[GpuSample], start_s: float, end_s: float) -> list[GpuSam
     hi = min(bisect.bisect_right(times, end_s), len(samples) - 1)
     while hi < len(samples) - 1 and samples[hi].energy_j is None:
         hi += 1
-    return samples[lo: hi + 1]
+    return samples[lo : hi + 1]
 
 
 def _monitor(source: Source, spec: TelemetrySpec, clock: Callable[[], float]) -> Monitor:
@@ -247,8 +255,14 @@ def _monitor(source: Source, spec: TelemetrySpec, clock: Callable[[], float]) ->
     )
 
 
-def open_monitor(spec: TelemetrySpec, *, gpus: Sequence[int | str], base_url: str = "",
-                 nvml: Any = None, clock: Callable[[], float] = time.monotonic) -> Monitor | NotMeasured:
+def open_monitor(
+    spec: TelemetrySpec,
+    *,
+    gpus: Sequence[int | str],
+    base_url: str = "",
+    nvml: Any = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Monitor | NotMeasured:
     """A started-ready :class:`Monitor` for ``spec``, or :class:`NotMeasured` saying why not.
 
     ``source = "auto"`` tries NVML (works and resolves ``gpus``), then the dcgm endpoints if any.
@@ -275,4 +289,3 @@ def open_monitor(spec: TelemetrySpec, *, gpus: Sequence[int | str], base_url: st
     if spec.source == "dcgm" or endpoints:
         return _monitor(DcgmSource(endpoints, gpus), spec, clock)
     return NotMeasured("; ".join(reasons) + "; and no [telemetry].dcgm_endpoints are configured")
-

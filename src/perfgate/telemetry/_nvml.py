@@ -127,6 +127,7 @@ class NvmlSource:
             mig_enabled=bool(mig[0]) if mig is not None else None,
             gpm_supported=bool(gpm.isSupportedDevice) if gpm is not None else False,
         )
+
         def ids(names: dict[str, str]) -> list[tuple[str, int]]:
             return [(key, getattr(nvml, attr)) for key, attr in names.items() if hasattr(nvml, attr)]
 
@@ -141,11 +142,13 @@ class NvmlSource:
                     continue
                 level = once(nvml.nvmlDeviceGetTopologyCommonAncestor, g.handle, other.handle)
                 p2p = gpu.p2p_read_status(nvml, g.handle, other.handle)
-                links.append(GpuLink(
-                    peer_uuid=other.ident.uuid,
-                    common_ancestor=_TOPOLOGY.get(level, str(level)) if level is not None else None,
-                    p2p_read=(p2p == nvml.NVML_P2P_STATUS_OK) if p2p is not None else None,
-                ))
+                links.append(
+                    GpuLink(
+                        peer_uuid=other.ident.uuid,
+                        common_ancestor=_TOPOLOGY.get(level, str(level)) if level is not None else None,
+                        p2p_read=(p2p == nvml.NVML_P2P_STATUS_OK) if p2p is not None else None,
+                    )
+                )
             g.ident = replace(g.ident, links=tuple(links))
 
     def identities(self) -> list[GpuIdentity]:
@@ -175,8 +178,9 @@ class NvmlSource:
                 events.append(Event(clock(), f"{g.ident.label}: GPU lost ({lost}); no samples after this"))
         return Batch(tuple(samples), tuple(spans), tuple(events))
 
-    def _read(self, g: _Gpu, what: str, events: list[Event], clock: Callable[[], float],
-              fn: Callable[..., Any], *args: Any) -> Any:
+    def _read(
+        self, g: _Gpu, what: str, events: list[Event], clock: Callable[[], float], fn: Callable[..., Any], *args: Any
+    ) -> Any:
         if what in g.skip:
             return None
         nvml = self._nvml
@@ -198,7 +202,9 @@ class NvmlSource:
             self._seen.add(key)
             events.append(Event(t, f"{g.ident.label}: {what} unreadable ({err}) at t={t:.3f}s"))
 
-    def _sample(self, g: _Gpu, clock: Callable[[], float], events: list[Event], full: bool, counters: bool) -> GpuSample:
+    def _sample(
+        self, g: _Gpu, clock: Callable[[], float], events: list[Event], full: bool, counters: bool
+    ) -> GpuSample:
         nvml = self._nvml
         fast = self._fields(g, g.fast_fields, clock, events)
         energy_mj = None
@@ -224,13 +230,11 @@ class NvmlSource:
         util = self._read(g, "utilization", events, clock, nvml.nvmlDeviceGetUtilizationRates)
         sm = self._read(g, "SM clock", events, clock, nvml.nvmlDeviceGetClockInfo, nvml.NVML_CLOCK_SM)
         mem = self._read(g, "memory clock", events, clock, nvml.nvmlDeviceGetClockInfo, nvml.NVML_CLOCK_MEM)
-        temp = self._read(g, "temperature", events, clock, nvml.nvmlDeviceGetTemperature,
-                          nvml.NVML_TEMPERATURE_GPU)
+        temp = self._read(g, "temperature", events, clock, nvml.nvmlDeviceGetTemperature, nvml.NVML_TEMPERATURE_GPU)
         meminfo = self._read(g, "memory info", events, clock, nvml.nvmlDeviceGetMemoryInfo)
         mask = None
         if not g.slow_fields:
-            mask = self._read(g, "clock event reasons", events, clock,
-                              nvml.nvmlDeviceGetCurrentClocksEventReasons)
+            mask = self._read(g, "clock event reasons", events, clock, nvml.nvmlDeviceGetCurrentClocksEventReasons)
         return replace(
             sample,
             util_gpu_pct=float(util.gpu) if util is not None else None,
@@ -241,14 +245,14 @@ class NvmlSource:
             throttle_mask=int(mask) if mask is not None else None,
         )
 
-    def _fields(self, g: _Gpu, fields: list[tuple[str, int]], clock: Callable[[], float],
-                events: list[Event]) -> dict[str, float]:
+    def _fields(
+        self, g: _Gpu, fields: list[tuple[str, int]], clock: Callable[[], float], events: list[Event]
+    ) -> dict[str, float]:
         """Read ``fields`` in one call; drops (from ``fields``) those the GPU does not support."""
         if not fields:
             return {}
         nvml = self._nvml
-        values = self._read(g, "field values", events, clock, nvml.nvmlDeviceGetFieldValues,
-                            [fid for _, fid in fields])
+        values = self._read(g, "field values", events, clock, nvml.nvmlDeviceGetFieldValues, [fid for _, fid in fields])
         if values is None:
             return {}
         out: dict[str, float] = {}
@@ -282,8 +286,9 @@ class NvmlSource:
         g.gpm_prev = (sample, t)
         return ActivitySpan(t0, t, g.ident.uuid, values)
 
-    def _gpm_metrics(self, g: _Gpu, s1: Any, s2: Any, clock: Callable[[], float],
-                     events: list[Event]) -> dict[str, float | None]:
+    def _gpm_metrics(
+        self, g: _Gpu, s1: Any, s2: Any, clock: Callable[[], float], events: list[Event]
+    ) -> dict[str, float | None]:
         nvml = self._nvml
         keys = [k for k, attr in _GPM_METRICS.items() if hasattr(nvml, attr)]
         request = nvml.c_nvmlGpmMetricsGet_t()

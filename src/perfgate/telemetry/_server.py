@@ -137,7 +137,7 @@ def parse_server_metrics(text: str) -> ServerReading:
 class _Sample:
     """One scrape: its text, parsed on first use (after the run, off the client's clock)."""
 
-    __slots__ = ("sent_s", "received_s", "text", "_reading")
+    __slots__ = ("_reading", "received_s", "sent_s", "text")
 
     def __init__(self, sent_s: float, received_s: float, text: str) -> None:
         self.sent_s = sent_s
@@ -187,8 +187,15 @@ class ServerMonitor:
     URL does not serve SGLang's or vLLM's metrics.
     """
 
-    def __init__(self, url: str, *, interval_s: float = 0.5, timeout_s: float = 5.0,
-                 clock: Callable[[], float] = time.monotonic, transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        interval_s: float = 0.5,
+        timeout_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         self.url = url
         self._interval_s = interval_s
         self._clock = clock
@@ -245,8 +252,10 @@ class ServerMonitor:
         before = [s for s in samples if s.received_s <= run_start_s]
         after = [s for s in samples if s.sent_s >= run_end_s]
         if not before or not after:
-            raise TelemetryError(f"server metrics at {self.url}: no scrape {'before' if not before else 'after'} the measured run"
-                                 + (f" ({failures[-1]})" if failures else ""))
+            raise TelemetryError(
+                f"server metrics at {self.url}: no scrape {'before' if not before else 'after'} the measured run"
+                + (f" ({failures[-1]})" if failures else "")
+            )
         a, b = before[-1].reading, after[0].reading
         inside = [s.reading for s in samples if gauge_start_s <= s.sent_s <= gauge_end_s]
         notes = list(dict.fromkeys(failures))
@@ -259,7 +268,9 @@ class ServerMonitor:
             delta.setdefault("cached_tokens", 0.0)
         resets = sorted(k for k, v in delta.items() if v < 0)
         if resets:
-            notes.append(f"server counters went backwards ({', '.join(resets)}): the server restarted or reset them; not used")
+            notes.append(
+                f"server counters went backwards ({', '.join(resets)}): the server restarted or reset them; not used"
+            )
             for k in resets:
                 del delta[k]
         if "generation_tokens" in delta and run_end_s > run_start_s:
@@ -270,8 +281,10 @@ class ServerMonitor:
             if got:
                 values[name] = sum(got) / len(got)
         if not inside:
-            notes.append(f"no scrape of {self.url} fell inside the {gauge_end_s - gauge_start_s:.1f} s window: "
-                         "gauges (requests running and queued, KV use) not measured; lower [telemetry] server_metrics_interval_s")
+            notes.append(
+                f"no scrape of {self.url} fell inside the {gauge_end_s - gauge_start_s:.1f} s window: "
+                "gauges (requests running and queued, KV use) not measured; lower [telemetry] server_metrics_interval_s"
+            )
         return ServerWindow(
             engine=b.engine,
             counter_start_s=before[-1].received_s,
@@ -289,7 +302,7 @@ class ServerMonitor:
 
     def _parses(self, sample: _Sample) -> bool:
         try:
-            sample.reading
+            _ = sample.reading  # parsed (and cached) here, so a bad answer is reported once
         except ValueError as err:
             with self._lock:
                 self._failures.append((sample.sent_s, f"{self.url} answered text that is not Prometheus text: {err}"))
@@ -303,7 +316,11 @@ class ServerMonitor:
         queried = delta.get("cache_queries", delta.get("prompt_tokens"))
         if cached is not None and queried:
             values["server_cache_hit_rate"] = cached / queried
-            what = "prefix_cache_hits / prefix_cache_queries" if "cache_queries" in delta else "cached_tokens / prompt_tokens"
+            what = (
+                "prefix_cache_hits / prefix_cache_queries"
+                if "cache_queries" in delta
+                else "cached_tokens / prompt_tokens"
+            )
             return f"{what} over the measured run"
         rates = [r.gauges["cache_hit_rate"] for r in inside if "cache_hit_rate" in r.gauges]
         if rates:
@@ -312,9 +329,14 @@ class ServerMonitor:
         return ""
 
 
-def open_server_monitor(base_url: str, path: str, *, interval_s: float = 0.5,
-                        clock: Callable[[], float] = time.monotonic,
-                        transport: httpx.BaseTransport | None = None) -> ServerMonitor:
+def open_server_monitor(
+    base_url: str,
+    path: str,
+    *,
+    interval_s: float = 0.5,
+    clock: Callable[[], float] = time.monotonic,
+    transport: httpx.BaseTransport | None = None,
+) -> ServerMonitor:
     """A started monitor of ``base_url + path``, or TelemetryError saying why the server's metrics
     cannot be read there (SGLang serves them only with --enable-metrics). ``transport`` replaces
     the network (tests)."""
@@ -324,7 +346,9 @@ def open_server_monitor(base_url: str, path: str, *, interval_s: float = 0.5,
     except httpx.HTTPStatusError as err:
         monitor.stop()
         hint = " (SGLang serves /metrics only with --enable-metrics)" if err.response.status_code == 404 else ""
-        raise TelemetryError(f"server metrics: GET {monitor.url} answered HTTP {err.response.status_code}{hint}") from None
+        raise TelemetryError(
+            f"server metrics: GET {monitor.url} answered HTTP {err.response.status_code}{hint}"
+        ) from None
     except (httpx.HTTPError, ValueError) as err:
         monitor.stop()
         raise TelemetryError(f"server metrics: GET {monitor.url} failed: {type(err).__name__}: {err}") from None

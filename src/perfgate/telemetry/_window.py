@@ -206,14 +206,17 @@ def summarize_gpu(
             if energy is None:
                 has_instant = any(s.power_instant_w is not None for s in samples)
                 method = "integrated_instant" if has_instant else "integrated_average"
-                notes.append(f"{label}: no energy counter; mean power integrated from sampled "
-                             f"{'instant' if has_instant else '1-s average'} power")
+                notes.append(
+                    f"{label}: no energy counter; mean power integrated from sampled "
+                    f"{'instant' if has_instant else '1-s average'} power"
+                )
             else:
                 in_window = [t1 for t0, t1 in resets if t0 < end_s and t1 > start_s]
                 method = "energy_counter+integrated" if in_window else "energy_counter"
                 for t in in_window:
-                    notes.append(f"{label}: energy counter reset at t={t:.3f}s; used integrated power "
-                                 "for that sample interval")
+                    notes.append(
+                        f"{label}: energy counter reset at t={t:.3f}s; used integrated power for that sample interval"
+                    )
     length = end_s - start_s
     if length > 0 and covered < 0.9 * length:
         notes.append(f"{label}: samples cover only {covered:.2f}s of the {length:.2f}s window")

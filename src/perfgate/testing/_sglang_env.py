@@ -194,24 +194,42 @@ def ensure_libcuda(cache: Path) -> Path:
         # A private apt: its own sources, lists, cache and an empty dpkg status, so the
         # system's apt configuration and package database are neither read nor changed.
         opts = [
-            "-o", f"Dir::Etc::SourceList={sources}",
-            "-o", "Dir::Etc::SourceParts=/dev/null",
-            "-o", f"Dir::State::Lists={apt / 'lists'}",
-            "-o", f"Dir::Cache={apt / 'cache'}",
-            "-o", "Dir::State::status=/dev/null",
-            "-o", "Dir::Etc::Preferences=/dev/null",
-            "-o", f"Dir::Etc::PreferencesParts={apt / 'preferences.d'}",
-            "-o", "APT::Architecture=amd64",
-            "-o", "APT::Sandbox::User=root",
+            "-o",
+            f"Dir::Etc::SourceList={sources}",
+            "-o",
+            "Dir::Etc::SourceParts=/dev/null",
+            "-o",
+            f"Dir::State::Lists={apt / 'lists'}",
+            "-o",
+            f"Dir::Cache={apt / 'cache'}",
+            "-o",
+            "Dir::State::status=/dev/null",
+            "-o",
+            "Dir::Etc::Preferences=/dev/null",
+            "-o",
+            f"Dir::Etc::PreferencesParts={apt / 'preferences.d'}",
+            "-o",
+            "APT::Architecture=amd64",
+            "-o",
+            "APT::Sandbox::User=root",
         ]
         log = base / "build.log"
-        fix = f"check that Debian's {LIBCUDA_SUITE} non-free archive is reachable ({_DEBIAN_MIRROR}) and that {_DEBIAN_KEYRING} exists (package debian-archive-keyring)"
+        fix = (
+            f"check that Debian's {LIBCUDA_SUITE} non-free archive is reachable ({_DEBIAN_MIRROR}) "
+            f"and that {_DEBIAN_KEYRING} exists (package debian-archive-keyring)"
+        )
         _run(["apt-get", *opts, "update"], f"apt-get update of Debian {LIBCUDA_SUITE} non-free", fix, log=log)
         # apt-get download writes into its working directory.
         download = apt / "download"
         for old in download.glob("*.deb"):
             old.unlink()
-        _run(["apt-get", *opts, "download", LIBCUDA_PACKAGE], f"apt-get download {LIBCUDA_PACKAGE}", fix, log=log, cwd=download)
+        _run(
+            ["apt-get", *opts, "download", LIBCUDA_PACKAGE],
+            f"apt-get download {LIBCUDA_PACKAGE}",
+            fix,
+            log=log,
+            cwd=download,
+        )
         debs = sorted(download.glob(f"{LIBCUDA_PACKAGE}_*.deb"))
         if not debs:
             raise SGLangEnvError(f"apt-get download {LIBCUDA_PACKAGE} left no .deb in {download}; {fix}")
@@ -219,17 +237,26 @@ def ensure_libcuda(cache: Path) -> Path:
         version = deb.name.split("_")[1]
         unpacked = base / version
         shutil.rmtree(unpacked, ignore_errors=True)
-        _run(["dpkg-deb", "-x", str(deb), str(unpacked)], f"unpacking {deb.name}", "the download may be corrupt: delete "
-             f"{base} and retry", log=log)
+        _run(
+            ["dpkg-deb", "-x", str(deb), str(unpacked)],
+            f"unpacking {deb.name}",
+            f"the download may be corrupt: delete {base} and retry",
+            log=log,
+        )
         found = sorted(unpacked.rglob("libcuda.so.1"))
         if not found:
-            raise SGLangEnvError(f"{deb.name} holds no libcuda.so.1 (Debian changed the package layout?); delete {base} and retry, or set LD_LIBRARY_PATH to a directory with libcuda.so.1")
+            raise SGLangEnvError(
+                f"{deb.name} holds no libcuda.so.1 (Debian changed the package layout?); delete {base} and retry, "
+                "or set LD_LIBRARY_PATH to a directory with libcuda.so.1"
+            )
         lib_dir = found[0].parent
         tmp_link = base / f".lib.{os.getpid()}.tmp"
         tmp_link.unlink(missing_ok=True)
         tmp_link.symlink_to(lib_dir.relative_to(base), target_is_directory=True)
         os.replace(tmp_link, lib_link)
-        _write_atomic(marker, json.dumps({"package": LIBCUDA_PACKAGE, "version": version, "lib_dir": str(lib_dir)}, indent=1))
+        _write_atomic(
+            marker, json.dumps({"package": LIBCUDA_PACKAGE, "version": version, "lib_dir": str(lib_dir)}, indent=1)
+        )
         return lib_link
 
 
@@ -339,20 +366,47 @@ def ensure_sglang_env(version: str, cache: Path, *, pip_args: Sequence[str] = ()
         shutil.rmtree(venv, ignore_errors=True)
         log = root / "build.log"
         log.write_text(f"building SGLang {version} for CPU (recipe {key})\n")
-        fix_pip = "check that PyPI is reachable and the release's wheels exist for this Python; the log has pip's output"
-        _run([sys.executable, "-m", "venv", str(venv)], "creating the virtual environment",
-             f"check that {sys.executable} has the venv module (Debian: apt-get install python3-venv)", log=log)
+        fix_pip = (
+            "check that PyPI is reachable and the release's wheels exist for this Python; the log has pip's output"
+        )
+        _run(
+            [sys.executable, "-m", "venv", str(venv)],
+            "creating the virtual environment",
+            f"check that {sys.executable} has the venv module (Debian: apt-get install python3-venv)",
+            log=log,
+        )
         pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check", *pip_args]
         # sglang-kernel without dependencies: its own pins pull CUDA runtime wheels the CPU engine never loads.
-        _run([*pip, "--no-deps", f"sglang=={version}", f"sglang-kernel=={recipe.kernel}"],
-             f"installing sglang=={version} and sglang-kernel=={recipe.kernel}", fix_pip, log=log)
+        _run(
+            [*pip, "--no-deps", f"sglang=={version}", f"sglang-kernel=={recipe.kernel}"],
+            f"installing sglang=={version} and sglang-kernel=={recipe.kernel}",
+            fix_pip,
+            log=log,
+        )
         requirements, skipped = server_requirements(_wheel_metadata(python), recipe)
-        _run([*pip, *requirements], f"installing the {len(requirements)} packages SGLang {version} requires", fix_pip, log=log)
+        _run(
+            [*pip, *requirements],
+            f"installing the {len(requirements)} packages SGLang {version} requires",
+            fix_pip,
+            log=log,
+        )
         check = verify_sglang_env(python, env, log)
         build_s = time.monotonic() - t0
-        _write_atomic(marker, json.dumps({"key": key, "recipe": asdict(recipe), "skipped": skipped,
-                                          "requirements": requirements, "check": check,
-                                          "build_s": round(build_s, 1)}, indent=1, sort_keys=True))
+        _write_atomic(
+            marker,
+            json.dumps(
+                {
+                    "key": key,
+                    "recipe": asdict(recipe),
+                    "skipped": skipped,
+                    "requirements": requirements,
+                    "check": check,
+                    "build_s": round(build_s, 1),
+                },
+                indent=1,
+                sort_keys=True,
+            ),
+        )
         return SGLangEnv(version, venv, python, libcuda_dir, env, skipped, build_s)
 
 

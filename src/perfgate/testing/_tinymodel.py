@@ -51,10 +51,26 @@ CHAT_TEMPLATE = (
 
 # Standard-library modules present in every CPython from 3.11 on: the tokenizer's training text.
 _CORPUS_MODULES = (
-    "argparse.py", "ast.py", "calendar.py", "configparser.py", "dataclasses.py", "difflib.py",
-    "enum.py", "fractions.py", "functools.py", "inspect.py", "random.py", "shutil.py",
-    "statistics.py", "string.py", "subprocess.py", "tempfile.py", "textwrap.py", "threading.py",
-    "tokenize.py", "typing.py",
+    "argparse.py",
+    "ast.py",
+    "calendar.py",
+    "configparser.py",
+    "dataclasses.py",
+    "difflib.py",
+    "enum.py",
+    "fractions.py",
+    "functools.py",
+    "inspect.py",
+    "random.py",
+    "shutil.py",
+    "statistics.py",
+    "string.py",
+    "subprocess.py",
+    "tempfile.py",
+    "textwrap.py",
+    "threading.py",
+    "tokenize.py",
+    "typing.py",
 )
 
 # The hidden channel that carries a constant and gives banned tokens their negative logits.
@@ -96,13 +112,25 @@ class TinyModelSpec:
 SIZES: dict[str, TinyModelSpec] = {
     # ~3.4 MB, builds in seconds; for CPU servers in CI.
     "tiny": TinyModelSpec(
-        hidden_size=128, num_layers=2, num_heads=2, intermediate_size=256,
-        context_len=4096, vocab_size=2048, dtype="float32", seed=0,
+        hidden_size=128,
+        num_layers=2,
+        num_heads=2,
+        intermediate_size=256,
+        context_len=4096,
+        vocab_size=2048,
+        dtype="float32",
+        seed=0,
     ),
     # ~680 M parameters: enough for a GPU server to have real work per token.
     "gpu": TinyModelSpec(
-        hidden_size=2048, num_layers=16, num_heads=16, intermediate_size=4096,
-        context_len=4096, vocab_size=2048, dtype="bfloat16", seed=0,
+        hidden_size=2048,
+        num_layers=16,
+        num_heads=16,
+        intermediate_size=4096,
+        context_len=4096,
+        vocab_size=2048,
+        dtype="bfloat16",
+        seed=0,
     ),
 }
 
@@ -288,7 +316,8 @@ def _check_ban(torch: Any, model: Any, banned: Any, spec: TinyModelSpec) -> None
     if gap < _MIN_BAN_GAP:
         raise PerfgateError(
             f"tiny model: with {spec} banned tokens are only {gap:.1f} logits below allowed ones "
-            f"(need {_MIN_BAN_GAP:g}): the model could stop early or emit empty chunks; use fewer layers or a narrower model"
+            f"(need {_MIN_BAN_GAP:g}): the model could stop early or emit empty chunks; use fewer layers or a "
+            "narrower model"
         )
 
 
@@ -303,7 +332,9 @@ def build_tiny_model(out_dir: Path, *, size: str = "tiny", **params: Any) -> Pat
     spec = resolve_spec(size, **params)
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise PerfgateError(f"tiny model: output directory {out} exists and is not empty; pass a new or empty directory")
+        raise PerfgateError(
+            f"tiny model: output directory {out} exists and is not empty; pass a new or empty directory"
+        )
     tokenizers, torch, transformers = _import_deps()
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = _build_tokenizer(tokenizers, transformers, spec)
@@ -332,9 +363,14 @@ def ensure_tiny_model(cache_dir: Path, *, size: str = "tiny", **params: Any) -> 
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=cache))
         try:
             build_tiny_model(
-                tmp, size=size, hidden_size=spec.hidden_size, num_layers=spec.num_layers,
-                num_heads=spec.num_heads, intermediate_size=spec.intermediate_size,
-                seed=spec.seed, dtype=spec.dtype,
+                tmp,
+                size=size,
+                hidden_size=spec.hidden_size,
+                num_layers=spec.num_layers,
+                num_heads=spec.num_heads,
+                intermediate_size=spec.intermediate_size,
+                seed=spec.seed,
+                dtype=spec.dtype,
             )
             # mkdtemp makes it private; a shared cache must be readable by a server run as another user.
             os.chmod(tmp, 0o755)

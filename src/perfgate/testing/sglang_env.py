@@ -23,8 +23,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m perfgate.testing.sglang_env",
         description="Install a real SGLang release into its own venv, able to serve on CPU (cached).",
     )
-    parser.add_argument("--version", action="append", required=True, choices=sorted(RECIPES),
-                        help="SGLang release (repeat for several)")
+    parser.add_argument(
+        "--version", action="append", required=True, choices=sorted(RECIPES), help="SGLang release (repeat for several)"
+    )
     parser.add_argument("--cache", type=Path, required=True, help="cache directory, e.g. .perfgate-cache/sglang")
     parser.add_argument("--pip-cache-dir", type=Path, help="pip's download cache (default: pip's own)")
     args = parser.parse_args(argv)
@@ -36,8 +37,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: SGLang {version}: {e}", file=sys.stderr)
             return 2
         except OSError as e:
-            print(f"error: SGLang {version}: cannot write the cache {args.cache}: {e}; pass a writable --cache directory",
-                  file=sys.stderr)
+            print(
+                f"error: SGLang {version}: cannot write the cache {args.cache}: {e}; pass a writable --cache directory",
+                file=sys.stderr,
+            )
             return 2
         print(json.dumps({k: str(v) if isinstance(v, Path) else v for k, v in asdict(env).items()}), flush=True)
     return 0

@@ -43,7 +43,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             _link(link, path)
         except OSError as e:
-            print(f"error: cannot point {link} at {path}: {e}; pass a --link path that is a symlink or does not exist", file=sys.stderr)
+            print(
+                f"error: cannot point {link} at {path}: {e}; pass a --link path that is a symlink or does not exist",
+                file=sys.stderr,
+            )
             return 2
     print(path)
     return 0

@@ -17,6 +17,7 @@ from perfgate.verdict._judge import (
     fmt_value,
     judge,
 )
+from perfgate.verdict._mannwhitney import mann_whitney_less, min_p_value
 from perfgate.verdict._names import CAPACITY, KNOWN_METRICS, check_metric_name
 from perfgate.verdict._paired import (
     PairedMetricVerdict,
@@ -27,7 +28,6 @@ from perfgate.verdict._paired import (
     sign_test_p,
 )
 from perfgate.verdict._rules import DEFAULT_CAPACITY_TOLERANCE, MetricRule, capacity_rule, rules_for
-from perfgate.verdict._mannwhitney import mann_whitney_less, min_p_value
 
 __all__ = [
     "CAPACITY",

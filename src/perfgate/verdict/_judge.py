@@ -19,8 +19,8 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from perfgate._stats import median
 from perfgate.verdict._direction import Direction, unit_of
-from perfgate.verdict._rules import MetricRule
 from perfgate.verdict._mannwhitney import mann_whitney_less, min_p_value
+from perfgate.verdict._rules import MetricRule
 
 Status = Literal["pass", "fail", "inconclusive", "no-baseline", "not-measured"]
 InconclusivePolicy = Literal["fail", "warn"]
@@ -161,7 +161,13 @@ def _judge_metric(
     higher = rule.direction == "higher"
     vals = _values(current, metric)
     base_vals = _values(baseline, metric) if baseline is not None else []
-    common: dict[str, Any] = {"workload": workload, "metric": metric, "direction": rule.direction, "n_measured": len(vals), "n_baseline": len(base_vals)}
+    common: dict[str, Any] = {
+        "workload": workload,
+        "metric": metric,
+        "direction": rule.direction,
+        "n_measured": len(vals),
+        "n_baseline": len(base_vals),
+    }
     if not vals:
         return MetricVerdict(
             **common,
@@ -250,9 +256,10 @@ def _judge_metric(
         message = f"{head}: {why}{note}; {consequence}; {RECORD_HINT}"
     elif status == "inconclusive":
         consequence = (
-            "a warning only ([gate] inconclusive = \"warn\")"
+            'a warning only ([gate] inconclusive = "warn")'
             if ok
-            else "failing: rerun on a quieter host, with more repeats ([gate] max_repeats), or set [gate] inconclusive = \"warn\""
+            else "failing: rerun on a quieter host, with more repeats ([gate] max_repeats), or set [gate] "
+            'inconclusive = "warn"'
         )
         message = (
             f"{head} {'<' if higher else '>'} limit {fmt_value(bounds[0].value, unit)}{detail}: INCONCLUSIVE, "
@@ -287,4 +294,3 @@ def _applicable_bound(bounds: Sequence[_Bound], higher: bool) -> _Bound | None:
         if b.is_lower == higher:
             return b
     return bounds[0] if bounds else None
-

@@ -181,23 +181,39 @@ def _judge_metric(
         "n_pairs": n,
     }
     empty: dict[str, Any] = {
-        "median_a": None, "median_b": None, "median_ratio": None, "ci_low": None, "ci_high": None,
-        "ci_coverage": None, "limit_ratio": None, "p_value": None, "noise_test": "none", "rounds_worse": 0,
+        "median_a": None,
+        "median_b": None,
+        "median_ratio": None,
+        "ci_low": None,
+        "ci_high": None,
+        "ci_coverage": None,
+        "limit_ratio": None,
+        "p_value": None,
+        "noise_test": "none",
+        "rounds_worse": 0,
     }
     in_a, in_b = any(v is not None for v in a_vals), any(v is not None for v in b_vals)
     if not paired:
         if not in_a and not in_b:
             return PairedMetricVerdict(
-                **common, **empty, status="not-measured", ok=True,
+                **common,
+                **empty,
+                status="not-measured",
+                ok=True,
                 message=f"{workload}: {metric} was measured in neither variant's runs; not gated",
             )
         where = (
-            "in A's runs but not in B's" if in_a and not in_b
-            else "in B's runs but not in A's" if in_b and not in_a
+            "in A's runs but not in B's"
+            if in_a and not in_b
+            else "in B's runs but not in A's"
+            if in_b and not in_a
             else "in both variants but never in the same round with a positive value in A"
         )
         return PairedMetricVerdict(
-            **common, **empty, status="unpaired", ok=False,
+            **common,
+            **empty,
+            status="unpaired",
+            ok=False,
             message=f"{workload}: {metric} was measured {where}; nothing to compare, so it cannot pass",
         )
 
@@ -238,7 +254,9 @@ def _judge_metric(
     if has_test:
         evidence.append(f"sign test p={p_value:.2g}")
     else:
-        evidence.append(f"too few rounds for a noise test at alpha {alpha:g} (need {sign_test_min_rounds(alpha)}), tolerance alone")
+        evidence.append(
+            f"too few rounds for a noise test at alpha {alpha:g} (need {sign_test_min_rounds(alpha)}), tolerance alone"
+        )
     evidence.append(f"{coverage * 100:.1f}% CI [{low:.3f}, {high:.3f}]")
     if rule.tolerance is not None:
         evidence.insert(0, f"tolerance {rule.tolerance * 100:g}%")

@@ -59,22 +59,37 @@ def rules_for(gate: GateSpec, workload: Workload, *, in_sweep: bool = False) -> 
             raise ValueError(f"{_where(metric, gate, workload)}: {e}") from None
         if metric == CAPACITY:
             if metric in own and not in_sweep:
-                raise ValueError(f"{_where(metric, gate, workload)}: capacity is measured by sweeps only (a list of "
-                                 f"concurrency or request_rate values); workload {workload.name!r} runs one load")
+                raise ValueError(
+                    f"{_where(metric, gate, workload)}: capacity is measured by sweeps only (a list of "
+                    f"concurrency or request_rate values); workload {workload.name!r} runs one load"
+                )
             continue
         if metric in SLO_METRICS and workload.slo is None:
             if metric in own:
-                raise ValueError(f"{_where(metric, gate, workload)}: {metric} counts the requests that meet the "
-                                 f"workload's SLO, and {workload.name!r} has none; add e.g. slo = {{ ttft_ms = 2000, tpot_ms = 100 }}")
+                raise ValueError(
+                    f"{_where(metric, gate, workload)}: {metric} counts the requests that meet the "
+                    f"workload's SLO, and {workload.name!r} has none; add e.g. slo = "
+                    f"{{ ttft_ms = 2000, tpot_ms = 100 }}"
+                )
             continue
         rules.append(_rule(metric, direction, tolerance, floors, ceilings))
     return rules
 
 
-def _rule(metric: str, direction: Direction, tolerance: Mapping[str, float], floors: Mapping[str, float],
-          ceilings: Mapping[str, float]) -> MetricRule:
-    return MetricRule(metric=metric, direction=direction, tolerance=tolerance.get(metric),
-                      floor=floors.get(metric), ceiling=ceilings.get(metric))
+def _rule(
+    metric: str,
+    direction: Direction,
+    tolerance: Mapping[str, float],
+    floors: Mapping[str, float],
+    ceilings: Mapping[str, float],
+) -> MetricRule:
+    return MetricRule(
+        metric=metric,
+        direction=direction,
+        tolerance=tolerance.get(metric),
+        floor=floors.get(metric),
+        ceiling=ceilings.get(metric),
+    )
 
 
 def capacity_rule(gate: GateSpec, workload: Workload) -> MetricRule:
@@ -93,7 +108,11 @@ def _where(metric: str, gate: GateSpec, workload: Workload) -> str:
     ]
     places += [
         f"[[workload]] {workload.name!r} {table}"
-        for table, values in (("tolerance", workload.tolerance), ("floors", workload.floors), ("ceilings", workload.ceilings))
+        for table, values in (
+            ("tolerance", workload.tolerance),
+            ("floors", workload.floors),
+            ("ceilings", workload.ceilings),
+        )
         if metric in values
     ]
     return " and ".join(places)

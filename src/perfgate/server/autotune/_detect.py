@@ -47,7 +47,11 @@ def detect_autotune(sglang_root: Path) -> AutotuneStatus:
     version = sglang_version_from_tree(root)
     if not (root / "srt").is_dir():
         return AutotuneStatus(
-            "unknown", version, "", "", "",
+            "unknown",
+            version,
+            "",
+            "",
+            "",
             f"{root} is not an SGLang package directory (no srt/ inside)",
         )
     for target in _hook.TARGETS:
@@ -58,7 +62,11 @@ def detect_autotune(sglang_root: Path) -> AutotuneStatus:
             tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         except (SyntaxError, ValueError, OSError) as exc:
             return AutotuneStatus(
-                "unknown", version, str(path), target.qualname, target.module,
+                "unknown",
+                version,
+                str(path),
+                target.qualname,
+                target.module,
                 f"cannot parse {path}: {exc}",
             )
         func = _hook.find_function(tree, target.qualname)
@@ -67,14 +75,21 @@ def detect_autotune(sglang_root: Path) -> AutotuneStatus:
     expected = ", ".join(f"{t.relpath}::{t.qualname} ({t.releases})" for t in _hook.TARGETS)
     if _mentions_autotune(root):
         return AutotuneStatus(
-            "unknown", version, "", "", "",
+            "unknown",
+            version,
+            "",
+            "",
+            "",
             f"SGLang {version} has FlashInfer autotune code, but none of the known decision "
             f"functions: expected one of {expected}",
         )
     return AutotuneStatus(
-        "no-autotune", version, "", "", "",
-        f"SGLang {version} has no FlashInfer autotune (it arrived in 0.5.6, for MoE runner "
-        "backends in 0.5.7)",
+        "no-autotune",
+        version,
+        "",
+        "",
+        "",
+        f"SGLang {version} has no FlashInfer autotune (it arrived in 0.5.6, for MoE runner backends in 0.5.7)",
     )
 
 
@@ -88,16 +103,26 @@ def _judge(func: ast.FunctionDef, target: _hook.Target, path: Path, version: str
     if lists:
         missing = [s for s in lists if _hook.CUTLASS not in (_hook.string_elements(s) or ())]
         if not missing:
-            return status("native", f"SGLang {version} lists {_hook.CUTLASS} among the "
-                          f"autotuned MoE runner backends in {where}")
-        return status("patch-needed", f"SGLang {version} leaves {_hook.CUTLASS} out of the "
-                      f"autotuned MoE runner backends in {where} (line {missing[0].lineno}): "
-                      "without the patch its MoE kernels run untuned")
+            return status(
+                "native", f"SGLang {version} lists {_hook.CUTLASS} among the autotuned MoE runner backends in {where}"
+            )
+        return status(
+            "patch-needed",
+            f"SGLang {version} leaves {_hook.CUTLASS} out of the "
+            f"autotuned MoE runner backends in {where} (line {missing[0].lineno}): "
+            "without the patch its MoE kernels run untuned",
+        )
     if _hook.reads_moe_backend(func):
-        return status("unknown", f"{where} in SGLang {version} reads moe_runner_backend but "
-                      "has no list literal of autotuned MoE backends that perfgate can extend")
-    return status("no-autotune", f"{where} in SGLang {version} autotunes attention backends "
-                  "only (opt-in --enable-flashinfer-autotune); no MoE runner backend is tuned")
+        return status(
+            "unknown",
+            f"{where} in SGLang {version} reads moe_runner_backend but "
+            "has no list literal of autotuned MoE backends that perfgate can extend",
+        )
+    return status(
+        "no-autotune",
+        f"{where} in SGLang {version} autotunes attention backends "
+        "only (opt-in --enable-flashinfer-autotune); no MoE runner backend is tuned",
+    )
 
 
 def _mentions_autotune(root: Path) -> bool:

@@ -157,7 +157,7 @@ def verify_autotune_log(
             lines.append(line)
             kind, pid = seen.group(1), int(seen.group(3))
             if kind == "FAILED":
-                failures.append(line[line.index(_hook.EVIDENCE_PREFIX):])
+                failures.append(line[line.index(_hook.EVIDENCE_PREFIX) :])
             elif kind == "loaded":
                 loaded.append(pid)
             elif kind == "decision evaluated":
@@ -221,11 +221,10 @@ def verify_autotune_log(
         problems.append(
             f"no '{_START}' line from TP rank(s) {_ranks(missing_start)} of {tp_size}: "
             "SGLang did not autotune there (--disable-flashinfer-autotune? a MoE runner "
-            "backend it does not tune? [server] flashinfer_cutlass_autotune = \"off\"?)"
+            'backend it does not tune? [server] flashinfer_cutlass_autotune = "off"?)'
         )
     elif missing_done:
-        problems.append(f"autotune started but no '{_DONE}' line from TP rank(s) "
-                        f"{_ranks(missing_done)}")
+        problems.append(f"autotune started but no '{_DONE}' line from TP rank(s) {_ranks(missing_done)}")
     evidence = AutotuneEvidence(
         ok=not problems,
         message="",

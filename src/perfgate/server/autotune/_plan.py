@@ -83,9 +83,7 @@ def plan_autotune(mode: str, sglang_root: Path) -> AutotunePlan:
     no MoE autotune. off: nothing.
     """
     if mode not in ("auto", "force", "off"):
-        raise ServerError(
-            f"[server] flashinfer_cutlass_autotune = {mode!r}: expected \"auto\", \"force\" or \"off\""
-        )
+        raise ServerError(f'[server] flashinfer_cutlass_autotune = {mode!r}: expected "auto", "force" or "off"')
     status = detect_autotune(sglang_root)
     if mode == "off":
         return AutotunePlan("off", status, message="FlashInfer CUTLASS autotune patch: off")
@@ -97,7 +95,7 @@ def plan_autotune(mode: str, sglang_root: Path) -> AutotunePlan:
         raise ServerError(
             f"[server] flashinfer_cutlass_autotune = {mode!r}: cannot patch SGLang "
             f"{status.sglang_version} at {sglang_root}: {status.explanation}. Set it to "
-            "\"off\" to run this SGLang as shipped"
+            '"off" to run this SGLang as shipped'
         )
     return AutotunePlan(
         "patched",

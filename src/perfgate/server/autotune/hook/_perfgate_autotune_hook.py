@@ -147,9 +147,7 @@ def string_elements(seq: ast.List) -> list[str] | None:
 
 def reads_moe_backend(func: ast.FunctionDef) -> bool:
     """Whether the function looks at the configured MoE runner backend at all."""
-    return any(
-        isinstance(n, ast.Attribute) and n.attr == "moe_runner_backend" for n in ast.walk(func)
-    )
+    return any(isinstance(n, ast.Attribute) and n.attr == "moe_runner_backend" for n in ast.walk(func))
 
 
 def add_cutlass(tree: ast.Module, qualname: str) -> int:
@@ -237,7 +235,7 @@ class _PatchingLoader(importlib.abc.Loader):
             return
         code = compile(tree, origin, "exec", dont_inherit=True)
         # What SourceFileLoader.exec_module does with the code it compiles.
-        exec(code, module.__dict__)  # noqa: S102
+        exec(code, module.__dict__)
         try:
             instrument(module, self._qualname, self._spec_text)
         except LookupError as exc:
