@@ -131,7 +131,7 @@ def test_preflight_reads_the_real_help_and_names_flags_this_release_lacks(releas
 def test_record_pass_and_catch_a_slower_configuration(release: Release, tmp_path: Path) -> None:
     baselines, results = tmp_path / "baselines", tmp_path / "results"
     recorded = gate(release.profile, baselines, "--perf-update-baselines", f"--perf-results={results}")
-    expect_outcomes(recorded, passed=6, skipped=2)
+    expect_outcomes(recorded, passed=6, skipped=3)
     release.assert_no_leftovers("the recording session")
     doc = json.loads(next(results.glob("results-*.json")).read_text())
     server = doc["server"]
@@ -161,7 +161,7 @@ def test_record_pass_and_catch_a_slower_configuration(release: Release, tmp_path
         assert len(baseline["repeats"]) == 3 and baseline["repeats"][0]["total_output_tokens"] == 64 * 32
 
     again = gate(release.profile, baselines, f"--perf-results={tmp_path / 'results-again'}")
-    expect_outcomes(again, passed=6, skipped=2)
+    expect_outcomes(again, passed=6, skipped=3)
     release.assert_no_leftovers("the passing gate session")
 
     profile = release.load()
@@ -385,7 +385,7 @@ def test_a_secured_server_authenticates_every_call_and_its_keys_are_written_nowh
             f"--junitxml={written / 'junit.xml'}",
         )
         (written / "terminal.txt").write_text(session.stdout.str() + session.stderr.str())
-        expect_outcomes(session, passed=6, skipped=2)
+        expect_outcomes(session, passed=6, skipped=3)
     release.assert_no_leftovers("the secured server")
     log = server.log_path.read_text()
     # Every authenticated call reached the server (uvicorn's access log, as perfgate captured it).
