@@ -14,6 +14,22 @@ REPO = Path(__file__).resolve().parents[2]
 PERF_TESTS = REPO / "perf_tests"
 
 
+def gate_argv(profile: Path, baselines: Path, *args: str) -> list[str]:
+    """The command line of a gate run of ``perf_tests/`` as a user types it (run it from REPO)."""
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(PERF_TESTS),
+        "-p",
+        "no:cacheprovider",
+        f"--rootdir={REPO}",
+        f"--perf-profile={profile}",
+        f"--perf-baselines={baselines}",
+        *args,
+    ]
+
+
 def gate(profile: Path, baselines: Path, *args: str, timeout_s: float = 1200) -> pytest.RunResult:
     """``pytest perf_tests --perf-profile PROFILE --perf-baselines BASELINES ARGS`` in a subprocess,
     from the repository root (so a profile's relative paths resolve as in a user's run).
@@ -22,19 +38,7 @@ def gate(profile: Path, baselines: Path, *args: str, timeout_s: float = 1200) ->
     httpx client used in-process afterwards then met httpcore exception classes it did not
     know (a bare httpcore.ConnectError escaped its mapping).
     """
-    argv = [
-        sys.executable,
-        "-m",
-        "pytest",
-        str(PERF_TESTS),
-        "-p",
-        "no:cacheprovider",
-        "-rs",
-        f"--rootdir={REPO}",
-        f"--perf-profile={profile}",
-        f"--perf-baselines={baselines}",
-        *args,
-    ]
+    argv = gate_argv(profile, baselines, "-rs", *args)
     t0 = time.monotonic()
     proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout_s, check=False)
     return pytest.RunResult(proc.returncode, proc.stdout.splitlines(), proc.stderr.splitlines(), time.monotonic() - t0)

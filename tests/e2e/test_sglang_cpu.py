@@ -17,7 +17,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import tomllib
 import uuid
@@ -33,7 +32,7 @@ from perfgate.profile import Profile, load_profile
 from perfgate.server import start_server
 from perfgate.server._sglang_launch import preflight
 from perfgate.testing._sglang_env import SGLangEnv, find_sglang_env
-from tests.e2e._support import PERF_TESTS, REPO, expect_outcomes, gate, processes_marked, toml_text
+from tests.e2e._support import REPO, expect_outcomes, gate, gate_argv, processes_marked, toml_text
 
 PROFILE = REPO / "profiles" / "sglang-cpu-tiny.toml"
 CACHE = REPO / ".perfgate-cache" / "sglang"
@@ -291,19 +290,7 @@ def test_interrupting_a_session_mid_workload_leaves_no_server_process(release: R
     if release.version != "0.5.12":
         pytest.skip("the teardown path is perfgate's own; one release exercises it")
     out = tmp_path / "gate.out"
-    argv = [
-        sys.executable,
-        "-m",
-        "pytest",
-        str(PERF_TESTS),
-        "-p",
-        "no:cacheprovider",
-        f"--rootdir={REPO}",
-        f"--perf-profile={release.profile}",
-        f"--perf-baselines={tmp_path / 'baselines'}",
-        "-k",
-        WORKLOADS[0],
-    ]
+    argv = gate_argv(release.profile, tmp_path / "baselines", "-k", WORKLOADS[0])
     with out.open("wb") as f:
         session = subprocess.Popen(argv, cwd=REPO, stdout=f, stderr=subprocess.STDOUT)
     running: dict[int, str] = {}
