@@ -71,7 +71,10 @@ def accept_candidate(summary: AbSummary, store: BaselineStore, b_profile: Profil
         b_runs = [run for _, _, run in w.rounds() if run is not None]
         fingerprint = b_runs[0].result.fingerprint if b_runs else None
         if why or b.server is None or fingerprint is None:
-            out.append(replace(w, baseline_note=f"not recorded: {why or 'B never came up'}"))
+            if not why:
+                came_up = b.server is not None and b_runs
+                why = "B's runs carry no fingerprint to file them under" if came_up else "B never came up"
+            out.append(replace(w, baseline_note=f"not recorded: {why}"))
             continue
         try:
             path = record_baseline(
