@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from contextlib import ExitStack
 from dataclasses import replace
@@ -192,3 +193,28 @@ def test_a_connect_that_hangs_fails_after_the_timeout_naming_the_address():
 
     failure = asyncio.run(request())
     assert failure.kind == "connect" and str(failure) == "no connection to 10.0.0.1:8000 within 0.05 s"
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_signal_landing_in_a_protocol_callback_stops_the_run(sim, monkeypatch, loop):
+    # SIGTERM / SIGHUP raise Terminated wherever Python is; when that is a connection's
+    # data_received, uvloop used to take it for a broken connection: the warmup "failed" and the
+    # gate went on instead of stopping (seen once in a fresh clone's fault tests).
+    pytest.importorskip("uvloop")
+    from perfgate.load import _http
+    from perfgate.server._signals import Terminated
+
+    monkeypatch.setenv("PERFGATE_EVENT_LOOP", loop)
+    received = _http._Connection.data_received
+    calls = 0
+
+    def signal_lands(self, data):
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            raise Terminated(signal.SIGTERM)
+        received(self, data)
+
+    monkeypatch.setattr(_http._Connection, "data_received", signal_lands)
+    with pytest.raises(Terminated):
+        run_workload(sim.base_url, W, model=sim.model)

@@ -97,6 +97,19 @@ class _Exchange:
         self.encoding = b""
 
 
+def _reraise(exc: BaseException) -> None:
+    raise exc
+
+
+def _interrupt(exc: BaseException) -> None:
+    """Ctrl-C, or perfgate's Terminated (SIGTERM, SIGHUP), raised while a protocol callback ran:
+    uvloop hands it to connection_lost as the transport's fatal error, and httptools wraps one
+    raised inside its callbacks, so it would read as a broken connection (and a warmup that
+    "failed"). Raised again from a plain callback, it leaves the event loop, as asyncio's own
+    loop lets it from a protocol, and the run unwinds as it does anywhere else."""
+    asyncio.get_running_loop().call_soon(_reraise, exc)
+
+
 class _Connection(asyncio.Protocol):
     """An HTTP/1.1 connection driven by httptools' callbacks."""
 
@@ -124,6 +137,8 @@ class _Connection(asyncio.Protocol):
             self.parser.feed_data(data)
         except httptools.HttpParserCallbackError as e:
             cause = e.__context__
+            if cause is not None and not isinstance(cause, Exception):
+                _interrupt(cause)
             if isinstance(cause, HTTPFailure):
                 self._fail(ex, cause)
             else:
@@ -132,7 +147,9 @@ class _Connection(asyncio.Protocol):
         except httptools.HttpParserError as e:
             self._fail(ex, HTTPFailure("protocol", f"invalid HTTP response: {e}"))
 
-    def connection_lost(self, exc: Exception | None) -> None:
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if exc is not None and not isinstance(exc, Exception):
+            _interrupt(exc)
         self.closed = True
         self.pool.forget(self)
         ex = self.exchange
