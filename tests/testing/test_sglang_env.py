@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from perfgate.testing import _sglang_env
 from perfgate.testing._sglang_env import (
     CUDA_ONLY,
     RECIPES,
@@ -59,3 +61,30 @@ def test_unknown_releases_and_unwritable_caches_get_one_message(
     assert main(["--version", "0.5.23", "--cache", str(blocker)]) == 2
     assert "cannot write the cache" in capsys.readouterr().err
     assert find_sglang_env("0.5.23", tmp_path) is None
+
+
+def test_a_build_without_the_disk_it_needs_is_refused_before_anything_is_fetched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # More than any disk has: the check must refuse before apt or pip run (neither is reachable
+    # from this test's point of view: nothing but the refusal may happen).
+    huge = replace(recipe_for("0.5.23"), build_disk_gb=1e9)
+    monkeypatch.setitem(_sglang_env.RECIPES, "0.5.23", huge)
+    assert main(["--version", "0.5.23", "--cache", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "holds up to 1e+09 GB of disk under" in err and "GB are free: free space, or pass --cache" in err
+    assert not (tmp_path / "libcuda").exists() and not (tmp_path / "0.5.23" / "venv").exists()
+
+
+def test_a_full_disk_during_a_step_is_named_instead_of_pips_network_advice(tmp_path: Path) -> None:
+    enospc = "ERROR: Could not install packages due to an OSError: [Errno 28] No space left on device"
+    pip_like = f"import sys; sys.exit({enospc!r})"
+    with pytest.raises(SGLangEnvError) as e:
+        _sglang_env._run(
+            [sys.executable, "-c", pip_like], "installing", "check that PyPI is reachable", log=tmp_path / "build.log"
+        )
+    msg = str(e.value)
+    assert "installing failed (exit 1)" in msg and "[Errno 28] No space left on device" in msg
+    assert "-> the disk is full (" in msg and f"GB free under {tmp_path}): free space" in msg
+    assert "PyPI" not in msg.split("->")[1]
+    assert "No space left on device" in (tmp_path / "build.log").read_text()

@@ -83,6 +83,8 @@ class SGLangRecipe:
 
     kernel: the ``sglang-kernel`` release it pins (installed without dependencies).
     torch / torchvision: the PyPI CUDA builds used (they replace the release's own pins).
+    build_disk_gb: the most disk its build holds at once (venv plus pip's downloaded wheels),
+    measured; a build refuses to start with less free.
     pins: requirements that replace ones the release leaves unpinned, where today's newest
     release of that package breaks the server (each explained where the recipe is defined).
     """
@@ -91,13 +93,15 @@ class SGLangRecipe:
     kernel: str
     torch: str
     torchvision: str
+    build_disk_gb: float
     pins: Mapping[str, str] = field(default_factory=dict)
 
 
 RECIPES: Mapping[str, SGLangRecipe] = {
     # Autotune decision native (runner/flashinfer_autotune.py); pins torch 2.14.1, which this
-    # machine kind carries on disk with torchvision 0.29.1.
-    "0.5.23": SGLangRecipe("0.5.23", kernel="0.4.10", torch="2.14.1", torchvision="0.29.1"),
+    # machine kind carries on disk with torchvision 0.29.1. Build measured 2026-11-30 (df every
+    # 0.5 s, no pip cache): 8.9 GB at most, 8.7 GB when done, 173 s.
+    "0.5.23": SGLangRecipe("0.5.23", kernel="0.4.10", torch="2.14.1", torchvision="0.29.1", build_disk_gb=9.5),
     # Autotune decision in ModelRunner without flashinfer_cutlass: the release the patch exists for.
     # Its own pin, torch 2.11.0 (from PyPI): with the 2.14.1 this machine kind carries on disk,
     # sglang-kernel 0.4.2.post2 does not load (tried 2026-11-30: common_ops.abi3.so: undefined
@@ -105,8 +109,14 @@ RECIPES: Mapping[str, SGLangRecipe] = {
     # It requires `kernels` unpinned; kernels 0.15+ refuses the LayerRepository(...) calls of the
     # transformers 5.6.0 it pins ("Either a revision or a version must be specified"), so
     # importing the server failed. 0.5.23 pins kernels<0.15,>=0.14.1; so does this recipe.
+    # Build measured as 0.5.23's: 8.0 GB at most, 7.5 GB when done, 177 s.
     "0.5.12": SGLangRecipe(
-        "0.5.12", kernel="0.4.2.post2", torch="2.11.0", torchvision="0.26.0", pins={"kernels": "kernels>=0.14.1,<0.15"}
+        "0.5.12",
+        kernel="0.4.2.post2",
+        torch="2.11.0",
+        torchvision="0.26.0",
+        build_disk_gb=8.5,
+        pins={"kernels": "kernels>=0.14.1,<0.15"},
     ),
 }
 
@@ -152,10 +162,33 @@ def _run(
         f.write(f"$ {' '.join(argv)}\n{proc.stdout}{proc.stderr}\n[exit {proc.returncode}]\n")
     if proc.returncode != 0:
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
+        if _DISK_FULL in proc.stdout or _DISK_FULL in proc.stderr:
+            # pip's advice for an OSError is about PyPI; the disk is what to fix.
+            free = f"{_free_gb(log.parent):.1f} GB free under {log.parent}"
+            fix = f"the disk is full ({free}): free space, or pass --cache on a disk with room"
         raise SGLangEnvError(
             f"{step} failed (exit {proc.returncode}): {' '.join(argv)}\n{tail}\n-> {fix} (full output: {log})"
         )
     return proc.stdout
+
+
+_DISK_FULL = "No space left on device"
+
+
+def _free_gb(path: Path) -> float:
+    return shutil.disk_usage(path).free / 1e9
+
+
+def _size_gb(tree: Path) -> float:
+    """Bytes the files under ``tree`` hold (0 when it does not exist), in GB."""
+    total = 0
+    for dirpath, _, files in os.walk(tree):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+            except OSError:
+                continue
+    return total / 1e9
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -274,7 +307,9 @@ def recipe_for(version: str) -> SGLangRecipe:
 
 
 def _recipe_key(recipe: SGLangRecipe) -> str:
-    text = json.dumps({"recipe": asdict(recipe), "cuda_only": sorted(CUDA_ONLY), "v": RECIPE_VERSION}, sort_keys=True)
+    # build_disk_gb is a measurement of the build, not part of what it installs.
+    installs = {k: v for k, v in asdict(recipe).items() if k != "build_disk_gb"}
+    text = json.dumps({"recipe": installs, "cuda_only": sorted(CUDA_ONLY), "v": RECIPE_VERSION}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -341,11 +376,13 @@ def find_sglang_env(version: str, cache: Path) -> SGLangEnv | None:
     return SGLangEnv(version, root / "venv", python, libcuda_link, _server_env(libcuda_link), done.get("skipped", {}))
 
 
-def ensure_sglang_env(version: str, cache: Path, *, pip_args: Sequence[str] = ()) -> SGLangEnv:
+def ensure_sglang_env(version: str, cache: Path, *, pip_args: Sequence[str] = ("--no-cache-dir",)) -> SGLangEnv:
     """The SGLang ``version`` environment under ``cache``, built if missing or built by another recipe.
 
     Safe to call from several processes at once (one builds, the others wait on the lock).
-    ``pip_args`` go to every pip install (e.g. ``--cache-dir DIR``).
+    ``pip_args`` go to every pip install. The default keeps pip's download cache out: the
+    built venv is the cache, and a second copy of gigabytes of CUDA wheels is what fills a
+    CI machine's disk (``--cache-dir DIR`` to keep them).
     """
     recipe = recipe_for(version)
     cache = Path(cache).resolve()
@@ -354,7 +391,18 @@ def ensure_sglang_env(version: str, cache: Path, *, pip_args: Sequence[str] = ()
     python = venv / "bin" / "python"
     marker = root / "complete.json"
     key = _recipe_key(recipe)
+    found = find_sglang_env(version, cache)
+    if found is not None:
+        return found
     root.mkdir(parents=True, exist_ok=True)
+    # Before anything is fetched: a build that runs out of disk fails minutes in, inside pip.
+    # A half-built venv of this release is about to be replaced, so its bytes count as free.
+    free_gb = _free_gb(root) + _size_gb(venv)
+    if free_gb < recipe.build_disk_gb:
+        raise SGLangEnvError(
+            f"building SGLang {version} holds up to {recipe.build_disk_gb:g} GB of disk under {root} "
+            f"(measured), and {free_gb:.1f} GB are free: free space, or pass --cache on a disk with room"
+        )
     libcuda_dir = ensure_libcuda(cache)
     env = _server_env(libcuda_dir)
     with filelock.FileLock(str(root / ".lock")):
@@ -375,21 +423,35 @@ def ensure_sglang_env(version: str, cache: Path, *, pip_args: Sequence[str] = ()
             f"check that {sys.executable} has the venv module (Debian: apt-get install python3-venv)",
             log=log,
         )
+        # pip keeps every downloaded wheel in its temporary directory until the install ends:
+        # under the cache it is on the disk the size check looked at, and removed after.
+        tmp = root / "tmp"
+        tmp.mkdir(exist_ok=True)
+        pip_env = {**os.environ, "TMPDIR": str(tmp)}
         pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check", *pip_args]
-        # sglang-kernel without dependencies: its own pins pull CUDA runtime wheels the CPU engine never loads.
-        _run(
-            [*pip, "--no-deps", f"sglang=={version}", f"sglang-kernel=={recipe.kernel}"],
-            f"installing sglang=={version} and sglang-kernel=={recipe.kernel}",
-            fix_pip,
-            log=log,
-        )
-        requirements, skipped = server_requirements(_wheel_metadata(python), recipe)
-        _run(
-            [*pip, *requirements],
-            f"installing the {len(requirements)} packages SGLang {version} requires",
-            fix_pip,
-            log=log,
-        )
+        try:
+            # sglang-kernel without dependencies: its own pins pull CUDA runtime wheels the CPU engine never loads.
+            _run(
+                [*pip, "--no-deps", f"sglang=={version}", f"sglang-kernel=={recipe.kernel}"],
+                f"installing sglang=={version} and sglang-kernel=={recipe.kernel}",
+                fix_pip,
+                log=log,
+                env=pip_env,
+            )
+            requirements, skipped = server_requirements(_wheel_metadata(python), recipe)
+            # torch and its CUDA libraries first, on their own: they are most of the bytes, and
+            # installed in two steps the downloaded wheels held at once are half as many.
+            torch_pins = [f"torch=={recipe.torch}", f"torchvision=={recipe.torchvision}"]
+            _run([*pip, *torch_pins], f"installing {' and '.join(torch_pins)}", fix_pip, log=log, env=pip_env)
+            _run(
+                [*pip, *requirements],
+                f"installing the {len(requirements)} packages SGLang {version} requires",
+                fix_pip,
+                log=log,
+                env=pip_env,
+            )
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
         check = verify_sglang_env(python, env, log)
         build_s = time.monotonic() - t0
         _write_atomic(

@@ -27,9 +27,11 @@ def main(argv: list[str] | None = None) -> int:
         "--version", action="append", required=True, choices=sorted(RECIPES), help="SGLang release (repeat for several)"
     )
     parser.add_argument("--cache", type=Path, required=True, help="cache directory, e.g. .perfgate-cache/sglang")
-    parser.add_argument("--pip-cache-dir", type=Path, help="pip's download cache (default: pip's own)")
+    parser.add_argument(
+        "--pip-cache-dir", type=Path, help="keep pip's downloads in this cache (default: none, the venv is the cache)"
+    )
     args = parser.parse_args(argv)
-    pip_args = ["--cache-dir", str(args.pip_cache_dir)] if args.pip_cache_dir else []
+    pip_args = ["--cache-dir", str(args.pip_cache_dir)] if args.pip_cache_dir else ["--no-cache-dir"]
     for version in args.version:
         try:
             env = ensure_sglang_env(version, args.cache, pip_args=pip_args)
