@@ -52,6 +52,11 @@ def jbytes(value: object) -> bytes:
     return JSON_DUMPS(value).encode()
 
 
+def sse(value: object) -> bytes:
+    """One server-sent event carrying ``value`` as JSON."""
+    return b"data: " + jbytes(value) + b"\n\n"
+
+
 class _Tapes:
     """Cumulative generated text and output_ids as growable byte strings."""
 
@@ -252,7 +257,7 @@ class GenerateReq(Req):
         return {"text": self.text(), "output_ids": self.srv.tapes.id_list(self.n), "meta_info": self.meta_info(now)}
 
     def final_chunks(self, now: float) -> bytes:
-        return b"data: " + jbytes(self.response(now)) + b"\n\n"
+        return sse(self.response(now))
 
 
 class CompletionReq(Req):
@@ -308,55 +313,41 @@ class CompletionReq(Req):
     def _matched(self) -> int | None:
         return EOS_TOKEN_ID if self.short else None
 
-    def final_chunks(self, now: float) -> bytes:
-        last = {
-            "id": self.rid,
-            "object": "text_completion",
-            "created": self.created,
-            "model": self.model,
-            "choices": [
-                {
-                    "index": 0,
-                    "text": (WORD * (self.n - self.sent)).decode(),
-                    "logprobs": None,
-                    "finish_reason": self._finish_type(),
-                    "matched_stop": self._matched(),
-                }
-            ],
-            "usage": self.usage() if self.continuous_usage else None,
+    # The object names SGLang's OpenAI server gives a streamed chunk and a whole response.
+    _CHUNK_OBJECT = "text_completion"
+    _RESPONSE_OBJECT = "text_completion"
+
+    def _envelope(self, obj: str, choices: list[dict[str, object]], **fields: object) -> dict[str, object]:
+        head = {"id": self.rid, "object": obj, "created": self.created, "model": self.model}
+        return {**head, "choices": choices, **fields}
+
+    def _last_choice(self, **content: object) -> dict[str, object]:
+        """The one choice of a final chunk or response: ``content`` then how it finished."""
+        return {
+            "index": 0,
+            **content,
+            "logprobs": None,
+            "finish_reason": self._finish_type(),
+            "matched_stop": self._matched(),
         }
-        out = b"data: " + jbytes(last) + b"\n\n"
-        if self.include_usage:
-            usage = {
-                "id": self.rid,
-                "object": "text_completion",
-                "created": self.created,
-                "model": self.model,
-                "choices": [],
-                "usage": self.full_usage(),
-            }
-            out += b"data: " + jbytes(usage) + b"\n\n"
-        return out
+
+    def _usage_chunk(self) -> bytes:
+        """The chunk ``stream_options.include_usage`` asks for: no choices, the whole usage."""
+        if not self.include_usage:
+            return b""
+        return sse(self._envelope(self._CHUNK_OBJECT, [], usage=self.full_usage()))
+
+    def _response_content(self) -> dict[str, object]:
+        return {"text": self.text()}
+
+    def final_chunks(self, now: float) -> bytes:
+        rest = {"text": (WORD * (self.n - self.sent)).decode()}
+        usage = self.usage() if self.continuous_usage else None
+        return sse(self._envelope(self._CHUNK_OBJECT, [self._last_choice(**rest)], usage=usage)) + self._usage_chunk()
 
     def response(self, now: float) -> object:
-        usage = self.full_usage()
-        return {
-            "id": self.rid,
-            "object": "text_completion",
-            "created": self.created,
-            "model": self.model,
-            "choices": [
-                {
-                    "index": 0,
-                    "text": self.text(),
-                    "logprobs": None,
-                    "finish_reason": self._finish_type(),
-                    "matched_stop": self._matched(),
-                }
-            ],
-            "usage": usage,
-            "metadata": None,
-        }
+        choice = self._last_choice(**self._response_content())
+        return self._envelope(self._RESPONSE_OBJECT, [choice], usage=self.full_usage(), metadata=None)
 
 
 class ChatReq(CompletionReq):
@@ -391,58 +382,17 @@ class ChatReq(CompletionReq):
             return self._mid + b'{"reasoning_content":null,"role":"assistant","content":""}' + tail + content
         return content
 
-    def final_chunks(self, now: float) -> bytes:
-        out = b""
-        if self.n > self.sent:
-            out = self.chunk(self.n)
-        finish = {
-            "id": self.rid,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "choices": [
-                {
-                    "index": 0,
-                    "delta": {"reasoning_content": None},
-                    "logprobs": None,
-                    "finish_reason": self._finish_type(),
-                    "matched_stop": self._matched(),
-                }
-            ],
-        }
-        out += b"data: " + jbytes(finish) + b"\n\n"
-        if self.include_usage:
-            usage = self.full_usage()
-            chunk = {
-                "id": self.rid,
-                "object": "chat.completion.chunk",
-                "created": self.created,
-                "model": self.model,
-                "choices": [],
-                "usage": usage,
-            }
-            out += b"data: " + jbytes(chunk) + b"\n\n"
-        return out
+    _CHUNK_OBJECT = "chat.completion.chunk"
+    _RESPONSE_OBJECT = "chat.completion"
 
-    def response(self, now: float) -> object:
-        usage = self.full_usage()
-        return {
-            "id": self.rid,
-            "object": "chat.completion",
-            "created": self.created,
-            "model": self.model,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": self.text(), "reasoning_content": None},
-                    "logprobs": None,
-                    "finish_reason": self._finish_type(),
-                    "matched_stop": self._matched(),
-                }
-            ],
-            "usage": usage,
-            "metadata": None,
-        }
+    def _response_content(self) -> dict[str, object]:
+        return {"message": {"role": "assistant", "content": self.text(), "reasoning_content": None}}
+
+    def final_chunks(self, now: float) -> bytes:
+        # The last content (if any) in a chunk of its own, then a finish chunk without content.
+        rest = self.chunk(self.n) if self.n > self.sent else b""
+        finish = self._envelope(self._CHUNK_OBJECT, [self._last_choice(delta={"reasoning_content": None})])
+        return rest + sse(finish) + self._usage_chunk()
 
 
 class FaultPlan(NamedTuple):
@@ -658,7 +608,7 @@ class SimServer:
                         "retryable": False,
                     }
                 }
-                req.send(b"data: " + jbytes(error) + b"\n\ndata: [DONE]\n\n")
+                req.send(sse(error) + b"data: [DONE]\n\n")
             self.finish(req, now, "error")
         else:
             if req.transport is not None:
