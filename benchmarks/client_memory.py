@@ -102,7 +102,7 @@ def worker(url: str, requests: int, output_len: int, concurrency: int) -> dict:
         metrics = compute_metrics(run, target_concurrency=concurrency)
     out["metrics_peak_above_before_mb"] = round(metrics_stage.peak_mb - metrics_stage.before_mb, 1)
     print(f"metrics: +{metrics_stage.peak_mb - metrics_stage.before_mb:.0f} MB at peak", file=sys.stderr, flush=True)
-    result = WorkloadResult("memory", [RepeatResult(run, metrics, None, "telemetry disabled")], [])
+    result = WorkloadResult(workload="memory", repeats=[RepeatResult(run, metrics, None, "telemetry disabled")])
     summary = RunSummary("memory", "", None, (), "", "", (result,), {"memory": ()}, {"memory": 0.0})
     with tempfile.TemporaryDirectory() as d, _Peak() as writing:
         t1 = time.monotonic()

@@ -248,7 +248,7 @@ class _Script:
                 script.boots[index] = (label, (*script.boots[index][1], w.name))
                 value = script.tpot(label, w.name, index)
                 if isinstance(value, Exception):
-                    self.results[w.name] = WorkloadResult(w.name, [], [], error=str(value))
+                    self.results[w.name] = WorkloadResult(workload=w.name, repeats=[], error=str(value))
                     raise value
                 value, kind = value if isinstance(value, tuple) else (value, "")
                 repeat = _Repeat(
@@ -258,7 +258,7 @@ class _Script:
                     "paced": ["repeat 1: the load client, not the server, set the pace"],
                     "failed": ["repeat 1: 3 of 8 requests failed"],
                 }
-                result = WorkloadResult(w.name, [repeat], reasons.get(kind, []))  # type: ignore[list-item]
+                result = WorkloadResult(workload=w.name, repeats=[repeat], invalid_reasons=reasons.get(kind, []))  # type: ignore[list-item]
                 self.results[w.name] = result
                 return result
 

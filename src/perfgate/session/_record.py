@@ -15,56 +15,31 @@ from perfgate.verdict import MetricRule
 def record_baseline(
     store: BaselineStore,
     profile: Profile,
-    workload: str,
-    fingerprint: Fingerprint,
-    repeats: Sequence[RepeatResult],
-    *,
-    server_provenance: Mapping[str, Any],
-    rules: Sequence[MetricRule],
-    reason: str | None,
-    evidence: Mapping[str, Any] | None = None,
-    accept_option: str = "--perf-accept-regression",
-) -> Path:
-    """Save ``repeats`` as the baseline of ``workload`` under ``fingerprint``; return its path.
-
-    The provenance holds the server's (launch command, versions, autotune, /server_info), who
-    and where, ``reason`` when given, and ``evidence`` (e.g. an A/B's) under its own keys. The
-    store refuses numbers worse than the stored ones unless ``reason`` is given (BaselineError
-    naming ``accept_option``, the option that gives it).
-    """
-    telemetry = {
-        f"repeat_{i}": window_json(r.telemetry) for i, r in enumerate(repeats, start=1) if r.telemetry is not None
-    }
-    return record_values(
-        store,
-        profile,
-        workload,
-        fingerprint,
-        [r.flat_metrics() for r in repeats],
-        telemetry=telemetry,
-        server_provenance=server_provenance,
-        rules=rules,
-        reason=reason,
-        evidence=evidence,
-        accept_option=accept_option,
-    )
-
-
-def record_values(
-    store: BaselineStore,
-    profile: Profile,
     name: str,
     fingerprint: Fingerprint,
-    repeats: Sequence[Mapping[str, float]],
+    repeats: Sequence[RepeatResult] | Sequence[Mapping[str, float]],
     *,
-    telemetry: Mapping[str, Any] | None = None,
     server_provenance: Mapping[str, Any],
     rules: Sequence[MetricRule],
     reason: str | None,
     evidence: Mapping[str, Any] | None = None,
     accept_option: str = "--perf-accept-regression",
 ) -> Path:
-    """:func:`record_baseline` for numbers that are not a workload's repeats (a sweep's capacity per repeat)."""
+    """Save ``repeats`` as the baseline of workload (or sweep) ``name`` under ``fingerprint``; return its path.
+
+    ``repeats``: measured repeats (their metrics, and their telemetry windows alongside), or
+    numbers that are not a workload's repeats (a sweep's capacity per repeat). The provenance
+    holds the server's (launch command, versions, autotune, /server_info), who and where,
+    ``reason`` when given, and ``evidence`` (e.g. an A/B's) under its own keys. The store
+    refuses numbers worse than the stored ones unless ``reason`` is given (BaselineError
+    naming ``accept_option``, the option that gives it).
+    """
+    values = [r.flat_metrics() if isinstance(r, RepeatResult) else dict(r) for r in repeats]
+    telemetry = {
+        f"repeat_{i}": window_json(r.telemetry)
+        for i, r in enumerate(repeats, start=1)
+        if isinstance(r, RepeatResult) and r.telemetry is not None
+    }
     versions = server_provenance.get("versions") or {}
     prov = provenance(versions, reason=reason, repo_dir=profile.path.parent)
     prov["server"] = dict(server_provenance)
@@ -73,8 +48,8 @@ def record_values(
         profile=profile.name,
         workload=name,
         fingerprint=fingerprint,
-        repeats=[dict(r) for r in repeats],
-        telemetry=dict(telemetry or {}),
+        repeats=values,
+        telemetry=telemetry,
         provenance=prov,
     )
     return store.save(

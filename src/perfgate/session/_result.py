@@ -90,26 +90,39 @@ class RepeatResult:
         return self.metrics.values.get("total_output_tokens", 0.0)
 
 
-@dataclass
-class WorkloadResult:
-    """Everything perfgate knows about one workload after its repeats."""
+@dataclass(kw_only=True)
+class Judgement:
+    """What the gate made of a workload or a sweep: validity, verdict and what it did with the baseline.
 
-    workload: str
-    repeats: list[RepeatResult]
-    invalid_reasons: list[str]
-    # None when the workload failed before it could be judged (see ``error``).
+    ``invalid_reasons``: why its numbers cannot be trusted; ``verdict``: None when it was not
+    judged (invalid, or stopped: ``error`` says why); ``baseline_note``: what happened to the
+    baseline (recorded, kept, refused); ``previous_values``: the medians of the baseline a
+    recording replaced.
+    """
+
+    invalid_reasons: list[str] = field(default_factory=list)
     verdict: WorkloadVerdict[MetricVerdict] | None = None
     fingerprint: Fingerprint | None = None
     baseline_path: str = ""
     baseline_note: str = ""
     recorded: bool = False
     previous_values: dict[str, float] = field(default_factory=dict)
-    # Why the workload stopped part-way; its completed repeats are still in ``repeats``.
     error: str = ""
 
     @property
     def valid(self) -> bool:
         return not self.invalid_reasons and not self.error
+
+
+@dataclass
+class WorkloadResult(Judgement):
+    """Everything perfgate knows about one workload after its repeats.
+
+    A workload that stopped part-way keeps its completed repeats in ``repeats``.
+    """
+
+    workload: str
+    repeats: list[RepeatResult]
 
     def repeat_metrics(self) -> list[dict[str, float]]:
         """:meth:`RepeatResult.flat_metrics` of every repeat, in order."""
@@ -144,7 +157,7 @@ class SweepPoint:
 
 
 @dataclass
-class SweepResult:
+class SweepResult(Judgement):
     """A sweep's curve and capacity, judged against the capacity's baseline.
 
     ``within[i][j]``: whether point j (in load order) met the SLO in repeat i (its ``stat``
@@ -161,19 +174,7 @@ class SweepResult:
     points: list[SweepPoint]
     within: list[list[bool]] = field(default_factory=list)
     capacities: list[float] = field(default_factory=list)
-    invalid_reasons: list[str] = field(default_factory=list)
-    verdict: WorkloadVerdict[MetricVerdict] | None = None
-    fingerprint: Fingerprint | None = None
-    baseline_path: str = ""
-    baseline_note: str = ""
-    recorded: bool = False
-    previous_values: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    error: str = ""
-
-    @property
-    def valid(self) -> bool:
-        return not self.invalid_reasons and not self.error
 
     def capacity_repeats(self) -> list[dict[str, float]]:
         return [{"capacity": c} for c in self.capacities]

@@ -19,7 +19,7 @@ from perfgate.load import ClientLimits, LoadRun, Progress, check_dataset, datase
 from perfgate.metrics import SLO_METRICS, ServingMetrics, compute_metrics
 from perfgate.profile import Profile, Sweep, Workload
 from perfgate.server import RunningServer, ServerConfig, server_config, start_server
-from perfgate.session._record import record_baseline, record_values
+from perfgate.session._record import record_baseline
 from perfgate.session._result import RepeatResult, SweepResult, WorkloadResult
 from perfgate.session._summary import RunSummary, ServerSummary
 from perfgate.session._sweep import SweepRun
@@ -596,7 +596,7 @@ class Session:
         """Store ``repeats`` (numbers that are not a workload's repeats: a sweep's capacity per
         repeat) as the baseline of ``name``; returns its path and the store's note. BaselineError
         when the store refuses (e.g. worse without --perf-accept-regression)."""
-        path = record_values(
+        path = record_baseline(
             self.store,
             self.profile,
             name,
