@@ -45,15 +45,12 @@ def detect_autotune(sglang_root: Path) -> AutotuneStatus:
     """Inspect the ``sglang`` package directory ``sglang_root`` (installed or unpacked)."""
     root = Path(sglang_root)
     version = sglang_version_from_tree(root)
+
+    def without_decision(status: Status, why: str) -> AutotuneStatus:
+        return AutotuneStatus(status, version, "", "", "", why)
+
     if not (root / "srt").is_dir():
-        return AutotuneStatus(
-            "unknown",
-            version,
-            "",
-            "",
-            "",
-            f"{root} is not an SGLang package directory (no srt/ inside)",
-        )
+        return without_decision("unknown", f"{root} is not an SGLang package directory (no srt/ inside)")
     for target in _hook.TARGETS:
         path = root / target.relpath
         if not path.is_file():
@@ -62,33 +59,20 @@ def detect_autotune(sglang_root: Path) -> AutotuneStatus:
             tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         except (SyntaxError, ValueError, OSError) as exc:
             return AutotuneStatus(
-                "unknown",
-                version,
-                str(path),
-                target.qualname,
-                target.module,
-                f"cannot parse {path}: {exc}",
+                "unknown", version, str(path), target.qualname, target.module, f"cannot parse {path}: {exc}"
             )
         func = _hook.find_function(tree, target.qualname)
         if func is not None:
             return _judge(func, target, path, version)
     expected = ", ".join(f"{t.relpath}::{t.qualname} ({t.releases})" for t in _hook.TARGETS)
     if _mentions_autotune(root):
-        return AutotuneStatus(
+        return without_decision(
             "unknown",
-            version,
-            "",
-            "",
-            "",
             f"SGLang {version} has FlashInfer autotune code, but none of the known decision "
             f"functions: expected one of {expected}",
         )
-    return AutotuneStatus(
+    return without_decision(
         "no-autotune",
-        version,
-        "",
-        "",
-        "",
         f"SGLang {version} has no FlashInfer autotune (it arrived in 0.5.6, for MoE runner backends in 0.5.7)",
     )
 
