@@ -19,7 +19,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -27,34 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-
-def _status_kb(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no {field} in /proc/self/status")
-
-
-class _Peak:
-    """The highest VmRSS seen while the block runs, sampled every 50 ms (VmHWM is process-wide)."""
-
-    def __enter__(self) -> _Peak:
-        self.before_mb = _status_kb("VmRSS") / 1024
-        self.peak_mb = self.before_mb
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-        return self
-
-    def _sample(self) -> None:
-        while not self._stop.wait(0.05):
-            self.peak_mb = max(self.peak_mb, _status_kb("VmRSS") / 1024)
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak_mb = max(self.peak_mb, _status_kb("VmRSS") / 1024)
-        self.after_mb = _status_kb("VmRSS") / 1024
+from _rss import PeakRss, status_kb  # noqa: E402  (beside this script)
 
 
 def worker(url: str, requests: int, output_len: int, concurrency: int) -> dict:
@@ -73,9 +45,9 @@ def worker(url: str, requests: int, output_len: int, concurrency: int) -> dict:
         warmup_requests=16,
         client_processes=1,
     )
-    started_mb = _status_kb("VmRSS") / 1024
+    started_mb = status_kb("VmRSS") / 1024
     t0 = time.monotonic()
-    with _Peak() as client:
+    with PeakRss() as client:
         run = run_workload(url, w, limits=ClientLimits(max_lag_p99_ms=1e9, max_cpu_share=1e9))
     client_s = time.monotonic() - t0
     failed = [r.error for r in run.records if not r.ok]
@@ -89,7 +61,7 @@ def worker(url: str, requests: int, output_len: int, concurrency: int) -> dict:
         "client_s": round(client_s, 1),
         "interpreter_mb": round(started_mb, 1),
         "client_peak_rss_mb": round(client.peak_mb, 1),
-        "client_vmhwm_mb": round(_status_kb("VmHWM") / 1024, 1),
+        "client_vmhwm_mb": round(status_kb("VmHWM") / 1024, 1),
         "rss_after_run_mb": round(client.after_mb, 1),
     }
     print(
@@ -98,13 +70,13 @@ def worker(url: str, requests: int, output_len: int, concurrency: int) -> dict:
         file=sys.stderr,
         flush=True,
     )
-    with _Peak() as metrics_stage:
+    with PeakRss() as metrics_stage:
         metrics = compute_metrics(run, target_concurrency=concurrency)
     out["metrics_peak_above_before_mb"] = round(metrics_stage.peak_mb - metrics_stage.before_mb, 1)
     print(f"metrics: +{metrics_stage.peak_mb - metrics_stage.before_mb:.0f} MB at peak", file=sys.stderr, flush=True)
     result = WorkloadResult(workload="memory", repeats=[RepeatResult(run, metrics, None, "telemetry disabled")])
     summary = RunSummary("memory", "", None, (), "", "", (result,), {"memory": ()}, {"memory": 0.0})
-    with tempfile.TemporaryDirectory() as d, _Peak() as writing:
+    with tempfile.TemporaryDirectory() as d, PeakRss() as writing:
         t1 = time.monotonic()
         paths = write_results(summary, Path(d))
         out["results_json_mb"] = round(paths[0].stat().st_size / 2**20, 1)

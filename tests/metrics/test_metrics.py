@@ -1,11 +1,18 @@
 """bench_serving's metric definitions, checked on hand-computed cases."""
 
+import collections
+import itertools
+import math
 from array import array
 
+import numpy
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from perfgate import _stats
 from perfgate.load import ClientStats, LoadRun, RequestRecord
-from perfgate.metrics import compute_metrics
+from perfgate.metrics import _compute, compute_metrics
 
 STATS = ClientStats(0, 1, 0, 0, 0, 0, 0, False)
 
@@ -85,3 +92,75 @@ def test_no_steady_window_is_a_note():
     assert m.steady is None
     assert "steady_output_throughput" not in m.values
     assert any("no steady-state window" in n for n in m.notes)
+
+
+def _reference_token_times(records):
+    """bench_serving's reconstruction written out plainly: every token's arrival, per request, and the ITLs."""
+    itls, per_request = [], []
+    for r in records:
+        if not r.ok or r.ttft_s is None:
+            continue
+        gaps = []
+        for i in range(1, len(r.chunk_offsets_s)):
+            n = r.chunk_tokens[i]
+            if n:
+                gaps += [(r.chunk_offsets_s[i] - r.chunk_offsets_s[i - 1]) / n] * n
+        itls += gaps
+        t = r.start_s + r.ttft_s
+        times = [t]
+        for g in gaps:
+            t += g
+            times.append(t)
+        per_request.append(times)
+    return itls, per_request
+
+
+_requests = st.lists(
+    st.tuples(
+        st.floats(100.0, 101.0),
+        st.lists(st.tuples(st.floats(0.001, 0.5), st.integers(0, 3)), min_size=1, max_size=8),
+        st.booleans(),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_requests)
+def test_the_array_computation_is_the_plain_one(monkeypatch_slice, requests):
+    # Slices of 3 tokens: every sliced pass (binning, window gaps) crosses request boundaries.
+    records = []
+    for i, (start, chunks, failed) in enumerate(requests):
+        offsets = list(itertools.accumulate(gap for gap, _ in chunks))
+        tokens = [max(1, chunks[0][1])] + [n for _, n in chunks[1:]]
+        records.append(rec(i, start, offsets, tokens, error="HTTP 500" if failed else ""))
+    m = compute_metrics(run(records, end=110.0), target_concurrency=2)
+    itls, per_request = _reference_token_times(records)
+    times = [t for ts in per_request for t in ts]
+    if itls:
+        assert m.values["mean_itl_ms"] == pytest.approx(1000 * sum(itls) / len(itls), rel=1e-9)
+        assert m.values["p99_itl_ms"] == pytest.approx(1000 * float(numpy.percentile(itls, 99)), rel=1e-9)
+        assert m.values["std_itl_ms"] == pytest.approx(1000 * float(numpy.std(itls)), rel=1e-6, abs=1e-9)
+    else:
+        assert "mean_itl_ms" not in m.values
+    per_second = collections.Counter(int((t - 100.0) // 1.0) for t in times)
+    assert m.values["max_output_tokens_per_s"] == (max(per_second.values()) if times else 0)
+    per_bin = collections.Counter(min(len(m.timeline.output_tokens) - 1, max(0, int((t - 100.0) / 0.1))) for t in times)
+    assert m.timeline.output_tokens == [per_bin[b] for b in range(len(m.timeline.output_tokens))]
+    if m.steady is not None:
+        lo, hi = m.steady.start_s, m.steady.end_s
+        assert m.steady.output_tokens == sum(lo <= t < hi for t in times)
+        gaps = [b - a for ts in per_request for a, b in itertools.pairwise(ts) if lo <= b < hi]
+        if gaps:
+            assert m.steady.mean_itl_ms == pytest.approx(1000 * sum(gaps) / len(gaps), rel=1e-9)
+        else:
+            assert math.isnan(m.steady.mean_itl_ms)
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_slice():
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_compute, "_BIN_SLICE", 3)
+        mp.setattr(_stats, "_SLICE", 3)
+        yield

@@ -54,17 +54,3 @@ class RequestRecord:
     @property
     def ok(self) -> bool:
         return not self.error and self.latency_s is not None
-
-    def itls_s(self) -> list[float]:
-        """Inter-token latencies as bench_serving's native backend computes them.
-
-        Every chunk after the first contributes its gap to the previous chunk, split evenly
-        over the tokens it carried; the first chunk's arrival is the TTFT, not an ITL.
-        """
-        itls: list[float] = []
-        offsets = self.chunk_offsets_s
-        for i in range(1, len(offsets)):
-            n = self.chunk_tokens[i]
-            if n:
-                itls.extend([(offsets[i] - offsets[i - 1]) / n] * n)
-        return itls
