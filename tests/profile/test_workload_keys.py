@@ -233,11 +233,6 @@ def test_multi_turn_gets_a_name_and_a_fingerprint_with_its_turns():
             "use e.g. num_prompts = 60",
         ),
         (
-            'concurrency = 8\ndataset = "multi-turn"\nnum_turns = 4\ninput_len = 64\noutput_len = '
-            "32\nclient_processes = 2",
-            "[[workload]] #1 key 'client_processes': dataset = \"multi-turn\" runs in one client process",
-        ),
-        (
             "concurrency = 8\nnum_turns = 4\ninput_len = 64\noutput_len = 32",
             '[[workload]] #1 key \'num_turns\': applies to dataset = "multi-turn", not "random"; remove it',
         ),

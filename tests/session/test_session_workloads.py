@@ -203,8 +203,11 @@ warmup_requests = 0
 """
 
 
-def test_multi_turn_sessions_wait_think_interleave_and_hit_the_cache(tmp_path):
-    s = session(tmp_path, MULTI_TURN + RANDOM.replace("input_len = 440", "input_len = 262"))
+@pytest.mark.parametrize("processes", [1, 2])
+def test_multi_turn_sessions_wait_think_interleave_and_hit_the_cache(tmp_path, processes):
+    # Over 2 client processes, each takes whole sessions (0, 2, 4 and 1, 3, 5) with 2 and 1 of the 3 slots.
+    chat_workload = MULTI_TURN + f"client_processes = {processes}\n"
+    s = session(tmp_path, chat_workload + RANDOM.replace("input_len = 440", "input_len = 262"))
     try:
         chat = s.run(s.profile.workload("chat"))
         random_ = s.run(s.profile.workload("random"))
@@ -212,6 +215,7 @@ def test_multi_turn_sessions_wait_think_interleave_and_hit_the_cache(tmp_path):
         s.close()
     (rep,) = chat.repeats
     assert chat.valid, chat.invalid_reasons
+    assert rep.load.client.processes == processes
     records = rep.load.records
     assert [r.input_tokens for r in records] == [100, 208, 316, 424] * 6
     spans = []

@@ -58,10 +58,13 @@ class Part:
 
 
 def measured_jobs(plan: LoadPlan, k: int = 0, n: int = 1) -> deque[Job]:
-    """Shard ``k`` of ``n`` of the measured phase's requests (requests k, k + n, ...) with their
+    """Shard ``k`` of ``n`` of the measured phase's requests (requests k, k + n, ...; multi-turn:
+    every turn of sessions k, k + n, ..., as a session's turns wait on each other) with their
     record indices and send offsets in the one arrival schedule (multi-turn: their session's)."""
     specs = make_requests(plan.workload, plan.workload.num_prompts, seed_offset=plan.seed_offset)
     jobs = zip(range(len(specs)), specs, session_offsets_s(plan.workload, specs))
+    if plan.workload.dataset == "multi-turn":
+        return deque(job for job in jobs if job[1].session % n == k)
     return deque(islice(jobs, k, None, n))
 
 

@@ -171,13 +171,6 @@ def _check_dataset(ctx: _Ctx, where: str, fields: dict[str, Any]) -> None:
                 f"{prompts} is not a multiple of num_turns = {turns}: every chat session runs all its turns; use "
                 f"e.g. num_prompts = {max(1, prompts // turns) * turns}",
             )
-        if fields.get("client_processes", 1) != 1:
-            raise ctx.fail(
-                where,
-                "client_processes",
-                'dataset = "multi-turn" runs in one client process (a session\'s turns wait on each other); remove '
-                "client_processes",
-            )
 
 
 def _expand(ctx: _Ctx, where: str, fields: dict[str, Any]) -> tuple[list[Workload], Sweep | None]:
