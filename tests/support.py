@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import http.server
 import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from perfgate.profile import ServerSpec
@@ -32,3 +36,17 @@ def processes_with(marker: str) -> list[int]:
         if marker in cmd and state != "Z":
             pids.append(int(entry.name))
     return pids
+
+
+@contextmanager
+def loopback_http(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[http.server.ThreadingHTTPServer]:
+    """A threaded HTTP server on 127.0.0.1 (a free port) answering with ``handler``, stopped after the block."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()

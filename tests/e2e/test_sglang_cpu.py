@@ -240,13 +240,32 @@ def test_the_patched_decision_reports_itself_inside_real_sglang(release: Release
     assert [h.split(" -> ")[1].split(" in pid")[0] for h in hook[2:]] == ["True", "True", "False"], hook
 
 
-def test_a_shared_prefix_hits_sglangs_own_prefix_cache_and_random_prompts_do_not(
+SHAREGPT = [
+    {"conversations": [{"from": "human", "value": q}, {"from": "gpt", "value": a}]}
+    for q, a in [
+        ("What's the capital of France? Answer in one word, please.", "Paris."),
+        ("Explain, briefly: why is the sky blue during the day?", "Rayleigh scattering of sunlight."),
+        ("Write a haiku about GPUs waiting for work.", "Idle tensor cores / queues empty / no batch comes."),
+        ("List three prime numbers greater than 100.", "101, 103, 107."),
+        ("How do I reverse a list in Python (in place)?", "Call my_list.reverse()."),
+        ("Translate 'good morning' into German and Spanish.", "Guten Morgen; buenos dias."),
+        ("What does HTTP status 429 mean?", "Too Many Requests: the client is rate-limited."),
+        ("Summarize the plot of Hamlet in one sentence.", "A prince avenges his father and everyone dies."),
+    ]
+]
+
+
+def test_sglangs_own_metrics_see_prefix_cache_hits_and_count_sharegpt_as_perfgate_does(
     release: Release, tmp_path: Path
 ) -> None:
-    """SGLang's /metrics (--enable-metrics) read by perfgate: cached / prompt tokens over each run.
-    One boot, 16 requests per workload (~1 min of CI on one release)."""
+    """SGLang's /metrics (--enable-metrics) read by perfgate: cached / prompt tokens over each run;
+    and a ShareGPT workload counted by SGLang's own /v1/tokenize (tokenize = "server").
+    One boot, 16 + 16 + 8 requests (~1 min of CI on one release)."""
     if release.version != "0.5.23":
         pytest.skip("the cache hit rate is SGLang's own number; one release shows perfgate reads it")
+    import httpx
+
+    from perfgate.load import ServerTokenizer, make_requests, text_to_ids
     from perfgate.profile import Workload
     from perfgate.session import Session, SessionOptions
 
@@ -263,16 +282,36 @@ def test_a_shared_prefix_hits_sglangs_own_prefix_cache_and_random_prompts_do_not
         **common,
     )
     rand = Workload(name="random", input_len=288, warmup_requests=4, seed=2, **common)
+    dataset = tmp_path / "sharegpt.json"
+    dataset.write_text(json.dumps(SHAREGPT))
+    gpt = Workload(
+        **{**common, "num_prompts": 8, "output_len": 4},
+        name="sharegpt",
+        dataset="sharegpt",
+        dataset_path=str(dataset),
+        tokenize="server",
+        warmup_requests=1,
+        seed=3,
+    )
     profile = release.load()
     session = Session(
-        replace(profile, workloads=(shared, rand), sweeps=()),
+        replace(profile, workloads=(shared, rand, gpt), sweeps=()),
         SessionOptions(baselines_dir=tmp_path / "baselines", log_dir=tmp_path / "logs"),
     )
     try:
-        runs = {w.name: session.run(w).repeats[0] for w in (shared, rand)}
+        runs = {w.name: session.run(w).repeats[0] for w in (shared, rand, gpt)}
+        server = session.server()
+        specs = make_requests(gpt, 8, tokenizer=ServerTokenizer(server.base_url, model=server.model))
+        # The server counts the prompt's text, sent as text, exactly as its /v1/tokenize did.
+        text = specs[0].prompt_text
+        answer = httpx.post(
+            server.base_url + "/generate",
+            json={"text": text, "sampling_params": {"max_new_tokens": 1}},
+            timeout=120,
+        ).json()
     finally:
         session.close()
-    release.assert_no_leftovers("the prefix-cache session")
+    release.assert_no_leftovers("the prefix-cache and ShareGPT session")
     hits = {name: rep.flat_metrics().get("server_cache_hit_rate") for name, rep in runs.items()}
     window = runs["shared"].server
     assert window is not None and window.engine == "sglang", runs["shared"].server_note
@@ -280,6 +319,15 @@ def test_a_shared_prefix_hits_sglangs_own_prefix_cache_and_random_prompts_do_not
     assert window.prompt_tokens == 16 * 288 and window.generation_tokens == 16 * 8
     # Every question finds its group's 256-token system prompt cached: 256 / 288 of the prompt tokens.
     assert hits["shared"] == pytest.approx(256 / 288, abs=0.01) and hits["random"] == 0.0, hits
+    assert answer["meta_info"]["prompt_tokens"] == specs[0].input_len
+    gpt_records = runs["sharegpt"].load.records
+    assert all(r.ok for r in gpt_records), [r.error for r in gpt_records if r.error]
+    # SGLang's own count of what was sent (meta_info, and its /metrics) is the dataset's count.
+    assert sorted(r.input_tokens for r in gpt_records) == sorted(s.input_len for s in specs)
+    gpt_window = runs["sharegpt"].server
+    assert gpt_window is not None and gpt_window.prompt_tokens == sum(s.input_len for s in specs)
+    # The approximate split counts this text otherwise: the server's count is the one that matters.
+    assert [len(text_to_ids(s.prompt_text)) for s in specs] != [s.input_len for s in specs]
 
 
 def proc_pid(line: str) -> int:

@@ -128,6 +128,14 @@ def test_a_request_rate_list_is_a_sweep_too():
         ),
         ('concurrency = 4\ndataset = "tweets"', ["'dataset': expected one of 'random', 'shared-prefix', 'sharegpt'"]),
         (
+            'concurrency = 4\ninput_len = 8\noutput_len = 8\ntokenize = "server"',
+            ['\'tokenize\': applies to dataset = "sharegpt", not "random"; remove it'],
+        ),
+        (
+            'concurrency = 4\ndataset = "sharegpt"\ndataset_path = "x.json"\ntokenize = "bpe"',
+            ["'tokenize': expected one of 'approximate', 'server'"],
+        ),
+        (
             'concurrency = 4\ninput_len = 8\noutput_len = 8\ninput_len_distribution = { kind = "normal" }',
             [
                 "'input_len_distribution': expected { kind = \"normal\", stddev = N (> 0), min = N, max = N } (min "

@@ -5,7 +5,6 @@ from __future__ import annotations
 import http.server
 import math
 import socket
-import threading
 from collections.abc import Iterator
 from typing import ClassVar
 
@@ -14,6 +13,7 @@ import pytest
 from perfgate.errors import TelemetryError
 from perfgate.profile import TelemetrySpec
 from perfgate.telemetry import DcgmSource, Monitor, open_monitor, parse_dcgm_text
+from tests.support import loopback_http
 
 U0 = "GPU-22db0000-1111-2222-3333-444455556666"
 U1 = "GPU-22db0001-1111-2222-3333-444455556666"
@@ -99,13 +99,8 @@ class _Exporter(http.server.BaseHTTPRequestHandler):
 def exporter() -> Iterator[tuple[str, list[str]]]:
     bodies: ClassVar[list[str]] = []
     handler = type("Handler", (_Exporter,), {"bodies": bodies})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", bodies
-    server.shutdown()
-    server.server_close()
-    thread.join()
+    with loopback_http(handler) as server:
+        yield f"http://127.0.0.1:{server.server_address[1]}", bodies
 
 
 def body(power: float, energy_mj: float, tensor: float) -> str:

@@ -2,11 +2,12 @@
 client that measures itself.
 
 The modules, in the order a repeat runs through them: ``_dataset`` (prompts and arrival
-times), ``_backends`` (each API's request body and chunk format), ``_stream`` (one request,
-streamed, into a ``_records.RequestRecord``), ``_phase`` (warmup, cache flush and the
-measured phase under the workload's concurrency), ``_selfcheck`` (the client's own CPU and
-loop lag), ``_shard`` (the measured phase over several processes) and ``_run``
-(``run_workload``: the plan built once, one process or several, one LoadRun).
+times; ``_tokenize`` asks the server to count ShareGPT text), ``_backends`` (each API's
+request body and chunk format), ``_stream`` (one request, streamed, into a
+``_records.RequestRecord``), ``_phase`` (warmup, cache flush and the measured phase under the
+workload's concurrency), ``_selfcheck`` (the client's own CPU and loop lag), ``_shard`` (the
+measured phase over several processes) and ``_run`` (``run_workload``: the plan built once,
+one process or several, one LoadRun).
 """
 
 from perfgate.load._dataset import (
@@ -23,6 +24,7 @@ from perfgate.load._phase import Progress
 from perfgate.load._records import RequestRecord
 from perfgate.load._run import LoadRun, run_workload
 from perfgate.load._selfcheck import ClientLimits, ClientStats
+from perfgate.load._tokenize import ServerTokenizer
 
 __all__ = [
     "ClientLimits",
@@ -31,6 +33,7 @@ __all__ = [
     "Progress",
     "RequestRecord",
     "RequestSpec",
+    "ServerTokenizer",
     "arrival_offsets_s",
     "check_dataset",
     "dataset_identity",

@@ -21,12 +21,15 @@ import random
 import re
 import zlib
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from perfgate.errors import LoadError
 from perfgate.profile import LengthDist, Workload
+
+Tokenizer = Callable[[Sequence[str]], list[list[int]]]
+"""Token ids of each text, in order (the server's tokenizer, :class:`~perfgate.load.ServerTokenizer`)."""
 
 # Ids inside every common tokenizer's vocabulary and clear of the special tokens that most
 # tokenizers put at the low end; a profile overrides this for small vocabularies.
@@ -200,6 +203,8 @@ def session_offsets_s(workload: Workload, specs: list[RequestSpec]) -> list[floa
 @dataclass(frozen=True)
 class _Conversation:
     prompt: str
+    answer: str
+    # Counted without a server (text_to_ids).
     prompt_ids: tuple[int, ...]
     answer_len: int
 
@@ -242,7 +247,8 @@ def _read_sharegpt(
         prompt, answer = _turn_text(turns[0]), _turn_text(turns[1])
         if prompt is None or answer is None:
             continue
-        out.append(_Conversation(prompt, tuple(text_to_ids(prompt, id_range)), len(text_to_ids(answer, id_range))))
+        ids = tuple(text_to_ids(prompt, id_range))
+        out.append(_Conversation(prompt, answer, ids, len(text_to_ids(answer, id_range))))
     return tuple(out), hashlib.sha256(raw).hexdigest()
 
 
@@ -261,38 +267,79 @@ def _sharegpt_file(workload: Workload) -> tuple[tuple[_Conversation, ...], str]:
         raise LoadError(f"workload {workload.name}: {e}") from None
 
 
-def _sharegpt(workload: Workload, count: int, seed_offset: int) -> list[RequestSpec]:
+def _sharegpt(
+    workload: Workload, count: int, seed_offset: int, tokenizer: Tokenizer | None = None
+) -> list[RequestSpec]:
     """bench_serving's sample_sharegpt_requests: shuffle, then keep conversations whose prompt and
-    output have at least 2 tokens and whose sum fits context_len, until ``count`` are kept."""
-    conversations, _ = _sharegpt_file(workload)
+    output have at least 2 tokens and whose sum fits context_len, until ``count`` are kept.
+    With ``tokenizer`` (tokenize = "server") the lengths and prompt ids are the server's."""
+    conversations, digest = _sharegpt_file(workload)
     order = list(range(len(conversations)))
     _rng(workload, seed_offset).shuffle(order)
+    counted = (
+        ((i, conversations[i].prompt_ids, conversations[i].answer_len) for i in order)
+        if tokenizer is None
+        else _server_counted(tokenizer, digest, conversations, order)
+    )
     out: list[RequestSpec] = []
-    for i in order:
+    for i, prompt_ids, answer_len in counted:
         if len(out) == count:
             break
-        c = conversations[i]
-        output_len = workload.output_len or c.answer_len
-        if len(c.prompt_ids) < 2 or output_len < 2:
+        output_len = workload.output_len or answer_len
+        if len(prompt_ids) < 2 or output_len < 2:
             continue
-        if workload.context_len and len(c.prompt_ids) + output_len > workload.context_len:
+        if workload.context_len and len(prompt_ids) + output_len > workload.context_len:
             continue
-        out.append(RequestSpec(list(c.prompt_ids), output_len, c.prompt))
+        out.append(RequestSpec(list(prompt_ids), output_len, conversations[i].prompt))
     if len(out) < count:
         raise LoadError(
             f"workload {workload.name}: dataset_path {workload.dataset_path} has {len(out)} usable conversations "
             f"(of {len(conversations)} with two turns; prompt and output of >= 2 tokens"
             + (f", together <= context_len {workload.context_len}" if workload.context_len else "")
+            + (", counted by the server" if tokenizer is not None else "")
             + f"), {count} are needed; lower num_prompts or use a larger file"
         )
     return out
 
 
+# Conversations tokenized by a server, per (tokenizer, file digest): repeats and the warmup draw
+# from the same file, and a server's tokens do not change within a run.
+_SERVER_COUNTED: dict[tuple[Tokenizer, str], dict[int, tuple[Sequence[int], int]]] = {}
+# Conversations sent to the tokenizer at once, in shuffled order: bench_serving's filter stops
+# when enough are kept, so a large file is tokenized only as far as it is read.
+_TOKENIZE_AHEAD = 256
+
+
+def _server_counted(
+    tokenizer: Tokenizer, digest: str, conversations: Sequence[_Conversation], order: list[int]
+) -> Iterator[tuple[int, Sequence[int], int]]:
+    """(index, prompt ids, answer length) of each conversation in ``order``, counted by ``tokenizer``."""
+    known = _SERVER_COUNTED.setdefault((tokenizer, digest), {})
+    for start in range(0, len(order), _TOKENIZE_AHEAD):
+        ahead = order[start : start + _TOKENIZE_AHEAD]
+        todo = [i for i in ahead if i not in known]
+        if todo:
+            ids = tokenizer([text for i in todo for text in (conversations[i].prompt, conversations[i].answer)])
+            for k, i in enumerate(todo):
+                known[i] = (array("I", ids[2 * k]), len(ids[2 * k + 1]))
+        for i in ahead:
+            yield (i, *known[i])
+
+
 _DATASETS = {"random": _random, "shared-prefix": _shared_prefix, "sharegpt": _sharegpt, "multi-turn": _multi_turn}
 
 
-def make_requests(workload: Workload, count: int, *, seed_offset: int = 0) -> list[RequestSpec]:
-    """``count`` requests for ``workload``; the same workload and offset always give the same prompts."""
+def make_requests(
+    workload: Workload, count: int, *, seed_offset: int = 0, tokenizer: Tokenizer | None = None
+) -> list[RequestSpec]:
+    """``count`` requests for ``workload``; the same workload and offset always give the same prompts.
+
+    ``tokenizer``: the server's, for a ShareGPT workload with tokenize = "server" (required then).
+    """
+    if workload.dataset == "sharegpt" and workload.tokenize == "server":
+        if tokenizer is None:
+            raise LoadError(f'workload {workload.name}: tokenize = "server" needs the server\'s tokenizer')
+        return _sharegpt(workload, count, seed_offset, tokenizer)
     return _DATASETS[workload.dataset](workload, count, seed_offset)
 
 
@@ -307,9 +354,13 @@ def dataset_identity(workload: Workload) -> dict[str, str]:
 
 def check_dataset(workload: Workload) -> None:
     """Raise LoadError now, before any server boots, if the workload's prompts cannot be made (only a
-    file can fail: the synthetic datasets always can)."""
+    file can fail: the synthetic datasets always can). With tokenize = "server" only the file is
+    read: its lengths are counted once the server is up."""
     if workload.dataset == "sharegpt":
-        make_requests(workload, workload.num_prompts)
+        if workload.tokenize == "server":
+            _sharegpt_file(workload)
+        else:
+            make_requests(workload, workload.num_prompts)
 
 
 def arrival_offsets_s(workload: Workload, count: int) -> list[float]:

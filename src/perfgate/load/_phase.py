@@ -61,7 +61,9 @@ def measured_jobs(plan: LoadPlan, k: int = 0, n: int = 1) -> deque[Job]:
     """Shard ``k`` of ``n`` of the measured phase's requests (requests k, k + n, ...; multi-turn:
     every turn of sessions k, k + n, ..., as a session's turns wait on each other) with their
     record indices and send offsets in the one arrival schedule (multi-turn: their session's)."""
-    specs = make_requests(plan.workload, plan.workload.num_prompts, seed_offset=plan.seed_offset)
+    specs = make_requests(
+        plan.workload, plan.workload.num_prompts, seed_offset=plan.seed_offset, tokenizer=plan.tokenizer
+    )
     jobs = zip(range(len(specs)), specs, session_offsets_s(plan.workload, specs))
     if plan.workload.dataset == "multi-turn":
         return deque(job for job in jobs if job[1].session % n == k)
@@ -197,7 +199,9 @@ async def warm_up(streamer: Streamer, on_progress: ProgressSink | None) -> Warmu
     notes: list[str] = []
     cost = None
     if workload.warmup_requests:
-        warm = make_requests(workload, workload.warmup_requests, seed_offset=plan.seed_offset + 1_000_000)
+        warm = make_requests(
+            workload, workload.warmup_requests, seed_offset=plan.seed_offset + 1_000_000, tokenizer=plan.tokenizer
+        )
         jobs = deque((i, s, 0.0) for i, s in enumerate(warm))
         cpu0 = time.process_time()
         records = await run_phase(

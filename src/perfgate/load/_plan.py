@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from perfgate.load._backends import Backend
 from perfgate.load._selfcheck import ClientLimits
+from perfgate.load._tokenize import ServerTokenizer
 from perfgate.profile import Workload
 
 
@@ -28,6 +29,13 @@ class LoadPlan:
     keep_alive: bool
     # The cache flush's headers (an admin endpoint); None: the requests' own.
     flush_headers: Mapping[str, str] | None = None
+
+    @property
+    def tokenizer(self) -> ServerTokenizer | None:
+        """The server's tokenizer, for a workload that counts its text with it (tokenize = "server")."""
+        if self.workload.tokenize != "server":
+            return None
+        return ServerTokenizer(self.base_url, tuple(self.headers.items()), self.backend.model)
 
     @property
     def url(self) -> str:

@@ -92,6 +92,7 @@ _DATASET_KEYS: dict[str, tuple[str, ...]] = {
     "num_groups": ("shared-prefix",),
     "dataset_path": ("sharegpt",),
     "context_len": ("sharegpt",),
+    "tokenize": ("sharegpt",),
     "input_len": ("random", "shared-prefix", "multi-turn"),
     "input_len_distribution": ("random", "shared-prefix", "multi-turn"),
     "output_len_distribution": ("random", "shared-prefix", "multi-turn"),

@@ -40,6 +40,7 @@ AutotuneMode = Literal["auto", "force", "off"]
 TelemetryKind = Literal["auto", "nvml", "dcgm", "none"]
 Pacing = Literal["poisson", "constant"]
 Dataset = Literal["random", "shared-prefix", "sharegpt", "multi-turn"]
+Tokenize = Literal["approximate", "server"]
 CapacityStat = Literal["median", "p90", "p95", "p99"]
 SweepAxis = Literal["concurrency", "request_rate"]
 InconclusivePolicy = Literal["fail", "warn"]
@@ -243,6 +244,13 @@ class Workload:
         default=None,
         shown_default="no limit",
     )
+    tokenize: Tokenize = key(
+        choice(*get_args(Tokenize)),
+        'sharegpt: how prompt and answer lengths are counted: "server" asks the server\'s /v1/tokenize '
+        '(exact; the prompts sent as token ids are the server\'s own tokens), "approximate" splits the text '
+        "GPT-2-style before any server is up (usually 10-30 % fewer tokens than BPE)",
+        default="approximate",
+    )
     request_rate: float = key(
         rate_or_sweep(number(0.0, strict_min=True, allow_inf=True)),
         'arrival rate in requests/s; "inf" sends up to concurrency at once',
@@ -337,6 +345,8 @@ class Workload:
             spec.update(num_turns=self.num_turns, think_time_s=self.think_time_s)
         if self.context_len is not None:
             spec["context_len"] = self.context_len
+        if self.tokenize != "approximate":
+            spec["tokenize"] = self.tokenize
         for side, dist in (("input", self.input_len_distribution), ("output", self.output_len_distribution)):
             if dist is not None:
                 spec[f"{side}_len_distribution"] = dist.spec()

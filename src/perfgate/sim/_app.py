@@ -396,6 +396,24 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     return await _generation(request, ChatReq)
 
 
+async def tokenize(request: web.Request) -> web.Response:
+    """SGLang's /v1/tokenize: ``prompt`` a string or a list of strings, tokenized as generation
+    requests' text is (one id per word); ``tokens`` and ``count`` answer in the same shape."""
+    opts = _srv(request).opts
+    try:
+        body = await _read_json(request)
+        prompt = body.get("prompt")
+        if isinstance(prompt, list):
+            batch = [_words(text, "prompt[]", opts.vocab_size) for text in prompt]
+            answer = {"tokens": batch, "count": [len(ids) for ids in batch]}
+        else:
+            ids = _words(prompt, "prompt", opts.vocab_size)
+            answer = {"tokens": ids, "count": len(ids)}
+    except _BadRequest as err:
+        return _error_400(str(err), openai=True)
+    return _json({**answer, "max_model_len": opts.max_total_tokens})
+
+
 def build_app(srv: SimServer) -> web.Application:
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app[_SERVER] = srv
@@ -413,6 +431,8 @@ def build_app(srv: SimServer) -> web.Application:
     app.router.add_put("/generate", generate)
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_post("/v1/tokenize", tokenize)
+    app.router.add_post("/tokenize", tokenize)
     app.router.add_route("*", "/flush_cache", flush_cache)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/dcgm/metrics", dcgm_metrics)
