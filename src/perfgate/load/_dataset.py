@@ -273,13 +273,13 @@ def _sharegpt(
     """bench_serving's sample_sharegpt_requests: shuffle, then keep conversations whose prompt and
     output have at least 2 tokens and whose sum fits context_len, until ``count`` are kept.
     With ``tokenizer`` (tokenize = "server") the lengths and prompt ids are the server's."""
-    conversations, digest = _sharegpt_file(workload)
+    conversations, _ = _sharegpt_file(workload)
     order = list(range(len(conversations)))
     _rng(workload, seed_offset).shuffle(order)
     counted = (
         ((i, conversations[i].prompt_ids, conversations[i].answer_len) for i in order)
         if tokenizer is None
-        else _server_counted(tokenizer, digest, conversations, order)
+        else _server_counted(tokenizer, conversations, order)
     )
     out: list[RequestSpec] = []
     for i, prompt_ids, answer_len in counted:
@@ -302,28 +302,24 @@ def _sharegpt(
     return out
 
 
-# Conversations tokenized by a server, per (tokenizer, file digest): repeats and the warmup draw
-# from the same file, and a server's tokens do not change within a run.
-_SERVER_COUNTED: dict[tuple[Tokenizer, str], dict[int, tuple[Sequence[int], int]]] = {}
 # Conversations sent to the tokenizer at once, in shuffled order: bench_serving's filter stops
 # when enough are kept, so a large file is tokenized only as far as it is read.
 _TOKENIZE_AHEAD = 256
 
 
 def _server_counted(
-    tokenizer: Tokenizer, digest: str, conversations: Sequence[_Conversation], order: list[int]
+    tokenizer: Tokenizer, conversations: Sequence[_Conversation], order: list[int]
 ) -> Iterator[tuple[int, Sequence[int], int]]:
-    """(index, prompt ids, answer length) of each conversation in ``order``, counted by ``tokenizer``."""
-    known = _SERVER_COUNTED.setdefault((tokenizer, digest), {})
+    """(index, prompt ids, answer length) of each conversation in ``order``, counted by ``tokenizer``.
+
+    Asked afresh for every set of requests, never cached: the server is the authority, and
+    another server (an A/B's candidate) may tokenize otherwise.
+    """
     for start in range(0, len(order), _TOKENIZE_AHEAD):
         ahead = order[start : start + _TOKENIZE_AHEAD]
-        todo = [i for i in ahead if i not in known]
-        if todo:
-            ids = tokenizer([text for i in todo for text in (conversations[i].prompt, conversations[i].answer)])
-            for k, i in enumerate(todo):
-                known[i] = (array("I", ids[2 * k]), len(ids[2 * k + 1]))
-        for i in ahead:
-            yield (i, *known[i])
+        ids = tokenizer([text for i in ahead for text in (conversations[i].prompt, conversations[i].answer)])
+        for k, i in enumerate(ahead):
+            yield i, array("I", ids[2 * k]), len(ids[2 * k + 1])
 
 
 _DATASETS = {"random": _random, "shared-prefix": _shared_prefix, "sharegpt": _sharegpt, "multi-turn": _multi_turn}

@@ -55,9 +55,16 @@ class ServerProcess:
     def exited(self) -> int | None:
         return self.popen.poll()
 
-    def exit_error(self, doing: str) -> ServerError | None:
-        """A ServerError saying the server died while ``doing`` (with its exit and log), or None while it runs."""
-        code = self.exited()
+    def exit_error(self, doing: str, grace_s: float = 0.0) -> ServerError | None:
+        """A ServerError saying the server died while ``doing`` (with its exit and log), or None while it runs.
+
+        ``grace_s``: how long to wait for an exit that is under way. A dying server's sockets close
+        before the kernel reports its exit, so its clients can see "connection error" first.
+        """
+        try:
+            code = self.popen.wait(timeout=grace_s) if grace_s > 0 else self.exited()
+        except subprocess.TimeoutExpired:
+            code = None
         if code is None:
             return None
         self.flush_log()

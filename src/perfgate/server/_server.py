@@ -71,13 +71,14 @@ class RunningServer:
             driver_version="",
         )
 
-    def died(self, doing: str) -> ServerError | None:
+    def died(self, doing: str, grace_s: float = 0.0) -> ServerError | None:
         """A ServerError with the exit code and log tail when the launched server has exited, else None.
 
-        Requests to a dead server fail as "connection error"; this says why. Attached servers
-        are not ours to watch: None.
+        Requests to a dead server fail as "connection error"; this says why. ``grace_s``: wait
+        that long for an exit under way (when requests failed). Attached servers are not ours
+        to watch: None.
         """
-        return self.process.exit_error(doing) if self.process is not None else None
+        return self.process.exit_error(doing, grace_s) if self.process is not None else None
 
     def provenance(self) -> dict[str, Any]:
         return {

@@ -91,6 +91,12 @@ def _check_gate_applies(profile: Profile) -> None:
         )
 
 
+# How long a repeat whose connections broke waits to see whether the server is exiting.
+_EXIT_GRACE_S = 2.0
+# Request errors that a server's exit causes (an HTTP error means it was alive to answer).
+_CONNECTION_LOST = ("connection error", "truncated stream")
+
+
 def _failed_summary(load: LoadRun) -> str:
     failed = [r.error for r in load.records if r.error]
     if not failed:
@@ -170,9 +176,10 @@ class Session:
                 raise
         return self._server
 
-    def _check_server(self, server: RunningServer, doing: str) -> None:
-        """Raise (and remember) a ServerError when the launched server has died."""
-        died = server.died(doing)
+    def _check_server(self, server: RunningServer, doing: str, failures: bool = False) -> None:
+        """Raise (and remember) a ServerError when the launched server has died (``failures``: requests
+        failed, so an exit may be under way: give it a moment to be seen)."""
+        died = server.died(doing, _EXIT_GRACE_S if failures else 0.0)
         if died is not None:
             self._server_error = died
             raise died
@@ -474,11 +481,12 @@ class Session:
                 )
             except LoadError as e:
                 # Requests to a dead server fail as connection errors: say that the server died, and how.
-                self._check_server(server, f"{doing}: {e}")
+                self._check_server(server, f"{doing}: {e}", failures=True)
                 raise
             if self._monitor is not None:
                 self._monitor.mark()
-            self._check_server(server, f"{doing}: {_failed_summary(load)}")
+            lost = any(r.error.startswith(_CONNECTION_LOST) for r in load.records)
+            self._check_server(server, f"{doing}: {_failed_summary(load)}", failures=lost)
             metrics = compute_metrics(
                 load, target_concurrency=min(workload.concurrency, workload.num_prompts), slo=workload.slo
             )
