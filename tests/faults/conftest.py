@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,12 +78,21 @@ class Gate:
     """
 
     def __init__(self, tmp_path: Path) -> None:
-        self.path = tmp_path / "run"
-        self.path.mkdir()
+        # Nested three deep so that a name climbing out of results/ or baselines/ (``../../x``)
+        # still lands under ``root``, where ``assert_hygiene`` sees it.
+        self.root = tmp_path
+        self.path = tmp_path / "a" / "b" / "run"
+        self.path.mkdir(parents=True)
         self.marker = f"faults-{uuid.uuid4().hex[:10]}"
-        self.baselines = tmp_path / "baselines"
-        self.results = tmp_path / "results"
+        self.baselines = self.path.parent / "baselines"
+        self.results = self.path.parent / "results"
         (self.path / "test_serving.py").write_text(PERF_TESTS)
+        self._own = {self.path / "test_serving.py"}
+        self.outcomes: list[Outcome] = []
+        # Secret values a case hands the run; the fixture checks none of them comes out.
+        self.secrets: list[str] = []
+        # Folders a case points the run at on purpose (a lock directory, say).
+        self.allowed: list[Path] = []
 
     def profile(
         self,
@@ -111,8 +120,14 @@ class Gate:
             workload=workload,
             tolerance=tolerance,
         )
-        path = self.path / f"profile-{uuid.uuid4().hex[:6]}.toml"
+        return self.write(f"profile-{uuid.uuid4().hex[:6]}.toml", text)
+
+    def write(self, name: str, text: str) -> Path:
+        """A file of the case's own (a profile, a key file) in the run directory, which
+        ``assert_hygiene`` does not count as written by the run."""
+        path = self.path / name
         path.write_text(text)
+        self._own.add(path)
         return path
 
     def argv(self, *args: str, profile: Path) -> list[str]:
@@ -140,12 +155,35 @@ class Gate:
             timeout=300,
             check=False,
         )
-        return Outcome(proc.returncode, proc.stdout + proc.stderr)
+        outcome = Outcome(proc.returncode, proc.stdout + proc.stderr)
+        self.outcomes.append(outcome)
+        return outcome
 
     def baseline_bytes(self) -> dict[str, bytes]:
         return {
             str(p.relative_to(self.baselines)): p.read_bytes() for p in sorted(self.baselines.rglob("*")) if p.is_file()
         }
+
+    def written(self) -> list[Path]:
+        """Every file under the case's root that the case did not write itself."""
+        return sorted(
+            p
+            for p in self.root.rglob("*")
+            if (p.is_file() or p.is_fifo()) and p not in self._own and "__pycache__" not in p.parts
+        )
+
+    def assert_hygiene(self, outcome: Outcome, secrets: Sequence[str] = ()) -> None:
+        """Nothing written outside the results, baselines and log folders, and no secret value in
+        any line the run printed or any file it wrote. The ``gate`` fixture checks this after
+        every case, for every run and ``secrets``."""
+        allowed = (self.results, self.baselines, self.path / ".perfgate-cache", *self.allowed)
+        outside = [p for p in self.written() if not any(p.is_relative_to(a) for a in allowed)]
+        assert outside == [], f"written outside the results and baselines folders: {outside}"
+        for secret in secrets:
+            assert secret not in outcome.out, f"secret {secret!r} printed:\n{outcome.out[-4000:]}"
+            for path in self.written():
+                if path.is_file():
+                    assert secret.encode() not in path.read_bytes(), f"secret {secret!r} written to {path}"
 
     def assert_nothing_left(self) -> None:
         deadline = time.monotonic() + 15
@@ -165,6 +203,8 @@ def gate(tmp_path: Path) -> Iterator[Gate]:
     g = Gate(tmp_path)
     yield g
     g.assert_nothing_left()
+    for outcome in g.outcomes:
+        g.assert_hygiene(outcome, g.secrets)
 
 
 def free_port() -> int:

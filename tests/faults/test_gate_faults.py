@@ -85,6 +85,7 @@ def test_gpus_held_by_another_session(gate: Gate, tmp_path, monkeypatch) -> None
     from perfgate.server._locks import hold_gpus
 
     monkeypatch.setenv("PERFGATE_LOCK_DIR", str(tmp_path / "locks"))
+    gate.allowed.append(tmp_path / "locks")
     with ExitStack() as other_session:
         hold_gpus([0], other_session, wait_s=0)
         outcome = gate.run(
@@ -265,8 +266,7 @@ def test_bad_options_are_refused_before_anything_boots(gate: Gate, args: list[st
 
 
 def test_results_path_that_is_a_file_is_refused(gate: Gate) -> None:
-    existing = gate.path / "results.json"
-    existing.write_text("{}")
+    existing = gate.write("results.json", "{}")
     outcome = gate.run(f"--perf-results={existing}")
     assert outcome.ret == USAGE
     assert f"--perf-results {existing}: that is a file; pass a directory" in outcome.out
