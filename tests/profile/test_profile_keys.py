@@ -19,7 +19,7 @@ from perfgate.load._dataset import DEFAULT_TOKEN_ID_RANGE
 from perfgate.profile import GateSpec, Profile, ServerSpec, TelemetrySpec, Workload, parse_profile
 from perfgate.profile.__main__ import main as profile_main
 from perfgate.profile._keys import checks, key_docs, toml_value
-from perfgate.profile._reference import reference_in, reference_markdown
+from perfgate.profile._reference import SECTION, reference_markdown
 from perfgate.sim._options import sim_options
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,7 +55,7 @@ def sim_error(line: str) -> str:
 
 
 def test_readme_reference_is_the_generated_one():
-    assert reference_in(README) == reference_markdown(), (
+    assert SECTION.read(README) == reference_markdown(), (
         f"README.md's profile key reference differs from the key declarations; regenerate it with: {REGENERATE}"
     )
 

@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from perfgate import catalogue
 from perfgate._stats import describe_ms
 from perfgate.load import LoadRun, RequestRecord
-from perfgate.profile import SLO_KEYS, Slo
+from perfgate.profile import Slo
 
 TIMELINE_BIN_S = 0.1
 PEAK_BUCKET_S = 1.0
@@ -20,32 +21,9 @@ PEAK_BUCKET_S = 1.0
 _BIN_SLICE = 1 << 20
 
 _DESCRIBED = ("ttft", "tpot", "itl", "e2e_latency")
-METRIC_NAMES = frozenset(
-    {
-        "duration_s",
-        "completed",
-        "failed",
-        "total_input_tokens",
-        "total_output_tokens",
-        "request_throughput",
-        "input_throughput",
-        "output_throughput",
-        "total_throughput",
-        "concurrency",
-        "max_output_tokens_per_s",
-        "steady_output_throughput",
-        "steady_mean_tpot_ms",
-        "steady_window_s",
-        *(f"{stat}_{name}_ms" for name in _DESCRIBED for stat in ("mean", "median", "std", "p90", "p95", "p99")),
-        # With a workload SLO.
-        "goodput",
-        "slo_attainment_pct",
-        *(f"slo_{k.removesuffix('_ms')}_attainment_pct" for k in SLO_KEYS),
-    }
-)
-"""Every name :func:`compute_metrics` can put in ``values`` (bench_serving's keys plus the steady window's and,
-with an SLO, goodput and attainment)."""
-SLO_METRICS = frozenset(n for n in METRIC_NAMES if n == "goodput" or n.startswith("slo_"))
+METRIC_NAMES = catalogue.names("client")
+"""Every name :func:`compute_metrics` can put in ``values``, as the catalogue declares them."""
+SLO_METRICS = frozenset(n for n in METRIC_NAMES if catalogue.metric(n).needs_slo)
 """The names that exist only for a workload with an SLO."""
 
 

@@ -5,7 +5,7 @@ perfgate.session, so the plugin stays a thin layer.
 """
 
 from perfgate.plugin._fixtures import perf_capacity, perf_gate, perf_profile, perf_result, perf_server, perf_session
-from perfgate.plugin._gate import CapacityChecks, GateChecks, category_of
+from perfgate.plugin._gate import CapacityChecks, GateChecks
 from perfgate.plugin._hooks import (
     pytest_configure,
     pytest_generate_tests,
@@ -18,7 +18,6 @@ from perfgate.plugin._options import pytest_addoption
 __all__ = [
     "CapacityChecks",
     "GateChecks",
-    "category_of",
     "perf_capacity",
     "perf_gate",
     "perf_profile",

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from perfgate.report import INFO_METRICS
+from perfgate.catalogue import SHOWN
 from perfgate.session import WorkloadResult
 
 EXTRA_KEY = "perfgate"
@@ -32,7 +32,7 @@ def record(benchmark: Any, result: WorkloadResult) -> None:
     repeat's gated and informative metrics, their medians and the verdict of each gated metric,
     so ``--benchmark-json``, ``--benchmark-autosave`` and ``pytest-benchmark compare`` hold them."""
     gated = [v.metric for v in result.verdict.metrics] if result.verdict else []
-    names = list(dict.fromkeys([*gated, *INFO_METRICS]))
+    names = list(dict.fromkeys([*gated, *SHOWN]))
     repeats = [{m: r[m] for m in names if m in r} for r in result.repeat_metrics()]
     benchmark.extra_info[EXTRA_KEY] = {
         "workload": result.workload,

@@ -4,25 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
 
 import pytest
 
 from perfgate.ab import AbWorkload
+from perfgate.catalogue import GateTest, metric
 from perfgate.metrics import slo_metric_names
 from perfgate.profile import Slo
 from perfgate.session import SweepResult, WorkloadResult
-from perfgate.verdict import RECORD_HINT, MetricVerdict, PairedMetricVerdict, direction_of, fmt_value, unit_of
-
-Category = Literal["throughput", "latency", "power"]
-
-_POWER_PREFIXES = ("gpu_", "tensor_", "sm_", "dram_", "util_", "energy_")
-
-
-def category_of(metric: str) -> Category:
-    if metric.startswith(_POWER_PREFIXES) or metric.endswith("_per_j"):
-        return "power"
-    return "throughput" if direction_of(metric) == "higher" else "latency"
+from perfgate.verdict import RECORD_HINT, MetricVerdict, PairedMetricVerdict, fmt_value, unit_of
 
 
 def _weakest(result: WorkloadResult, metric: str) -> str:
@@ -59,7 +49,7 @@ class GateChecks:
     @classmethod
     def of_gate(cls, result: WorkloadResult, power_note: str) -> GateChecks:
         verdicts = result.verdict.metrics if result.verdict else ()
-        where = {v.metric: _weakest(result, v.metric) for v in verdicts if category_of(v.metric) == "power"}
+        where = {v.metric: _weakest(result, v.metric) for v in verdicts if metric(v.metric).test == "power"}
         return cls(result.workload, tuple(result.invalid_reasons), verdicts, power_note, result.baseline_note, where)
 
     @classmethod
@@ -73,8 +63,8 @@ class GateChecks:
         if self.problems:
             pytest.fail(f"{self.workload}: run invalid:\n  " + "\n  ".join(self.problems), pytrace=False)
 
-    def assert_metrics(self, category: Category) -> None:
-        verdicts = [v for v in self.verdicts if category_of(v.metric) == category]
+    def assert_metrics(self, category: GateTest) -> None:
+        verdicts = [v for v in self.verdicts if metric(v.metric).test == category]
         if not verdicts:
             pytest.skip(f"{self.workload}: no {category} metric is gated by this profile")
         failures = [v.message + self.where.get(v.metric, "") for v in verdicts if not v.ok]

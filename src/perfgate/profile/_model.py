@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal, get_args
 
+from perfgate import catalogue
 from perfgate.profile._keys import (
     boolean,
     choice,
@@ -399,15 +400,7 @@ class Sweep:
         )
 
 
-# 3 %: with 3 repeats and ~1 % run-to-run noise the verdict catches 98.9 % of 5 % throughput
-# drops with 0.05 % false alarms; at 5 % it caught 60 % (a drop equal to the tolerance is a
-# coin flip). See benchmarks/detection.py.
-DEFAULT_TOLERANCE: Mapping[str, float] = {
-    "output_throughput": 0.03,
-    "total_throughput": 0.03,
-    "mean_tpot_ms": 0.03,
-    "p99_tpot_ms": 0.10,
-}
+DEFAULT_TOLERANCE = catalogue.DEFAULT_TOLERANCE
 
 
 @dataclass(frozen=True)

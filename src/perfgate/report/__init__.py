@@ -3,10 +3,9 @@
 
 from perfgate.report._ab import ab_document, report_lines, write_ab_results
 from perfgate.report._results import markdown_summary, results_document, write_results
-from perfgate.report._table import INFO_METRICS, Row, align, render_markdown, render_text, rows
+from perfgate.report._table import Row, align, render_markdown, render_text, rows
 
 __all__ = [
-    "INFO_METRICS",
     "Row",
     "ab_document",
     "align",

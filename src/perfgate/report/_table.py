@@ -6,25 +6,9 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from perfgate._stats import median
+from perfgate.catalogue import SHOWN
 from perfgate.session import RunSummary
 from perfgate.verdict import MetricVerdict, fmt_value, unit_of
-
-# Shown for every workload even when not gated, so the table always says what was measured.
-INFO_METRICS = (
-    "output_throughput",
-    "total_throughput",
-    "mean_ttft_ms",
-    "mean_tpot_ms",
-    "p99_tpot_ms",
-    "goodput",
-    "slo_attainment_pct",
-    "concurrency",
-    "steady_output_throughput",
-    "server_cache_hit_rate",
-    "gpu_power_min_w",
-    "gpu_power_mean_w",
-    "output_tokens_per_j",
-)
 
 
 @dataclass(frozen=True)
@@ -84,7 +68,7 @@ def rows(summary: RunSummary) -> list[Row]:
             gated.add(v.metric)
             out.append(_verdict_row(res.workload, v, res.recorded, res.previous_values))
         repeats = res.repeat_metrics()
-        for metric in INFO_METRICS:
+        for metric in SHOWN:
             if metric in gated:
                 continue
             vals = [r[metric] for r in repeats if metric in r]

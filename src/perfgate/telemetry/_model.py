@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from perfgate import catalogue
 from perfgate._stats import mean
 
 PowerMethod = Literal["energy_counter", "energy_counter+integrated", "integrated_instant", "integrated_average"]
@@ -240,23 +241,9 @@ class TelemetryWindow:
         return min(measured, key=lambda g: getattr(g, attr))
 
 
-TELEMETRY_METRICS = frozenset(
-    {
-        "gpu_power_min_w",
-        "gpu_power_mean_w",
-        "gpu_power_total_w",
-        "gpu_imbalance",
-        "gpu_limit_share_min",
-        "energy_j",
-        "tensor_util_min_pct",
-        "sm_util_min_pct",
-        "dram_util_mean_pct",
-        "util_gpu_mean_pct",
-        # Output tokens in the window per joule: the session divides the window's tokens by energy_j.
-        "output_tokens_per_j",
-    }
-)
-"""Every gateable name telemetry can produce."""
+# Output tokens in the window per joule is the session's: it divides the window's tokens by energy_j.
+TELEMETRY_METRICS = catalogue.names("telemetry")
+"""Every gateable name telemetry can produce, as the catalogue declares them."""
 
 
 @dataclass(frozen=True)

@@ -22,19 +22,11 @@ from dataclasses import dataclass, field
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from perfgate import catalogue
 from perfgate.errors import TelemetryError
 
-SERVER_METRICS = frozenset(
-    {
-        "server_cache_hit_rate",
-        "server_gen_throughput",
-        "server_reported_gen_throughput",
-        "server_running_reqs_mean",
-        "server_queue_reqs_mean",
-        "server_token_usage_mean",
-    }
-)
-"""Every gateable name :meth:`ServerWindow.metrics` can produce."""
+SERVER_METRICS = catalogue.names("server")
+"""Every gateable name :meth:`ServerWindow.metrics` can produce, as the catalogue declares them."""
 
 # Sample name -> (our quantity, how series combine). Counters always add up; for gauges, series
 # that differ only in a replica label (the same numbers reported by several ranks) count once,

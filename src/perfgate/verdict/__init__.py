@@ -7,7 +7,7 @@ rules, a_runs, b_runs, ...)`` judges variant B against variant A round by round 
 :class:`PairedMetricVerdict` per rule. Pure Python, no I/O.
 """
 
-from perfgate.verdict._direction import Direction, direction_of, unit_of
+from perfgate.catalogue import CAPACITY, Direction, direction_of, unit_of
 from perfgate.verdict._judge import (
     RECORD_HINT,
     MetricVerdict,
@@ -18,7 +18,7 @@ from perfgate.verdict._judge import (
     judge,
 )
 from perfgate.verdict._mannwhitney import mann_whitney_less, min_p_value
-from perfgate.verdict._names import CAPACITY, KNOWN_METRICS, check_metric_name
+from perfgate.verdict._names import check_metric_name
 from perfgate.verdict._paired import (
     PairedMetricVerdict,
     binomial_half_cdf,
@@ -32,7 +32,6 @@ from perfgate.verdict._rules import DEFAULT_CAPACITY_TOLERANCE, MetricRule, capa
 __all__ = [
     "CAPACITY",
     "DEFAULT_CAPACITY_TOLERANCE",
-    "KNOWN_METRICS",
     "RECORD_HINT",
     "Direction",
     "MetricRule",

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from perfgate._stats import median
-from perfgate.verdict._direction import Direction, unit_of
+from perfgate.catalogue import Direction, unit_of
 from perfgate.verdict._mannwhitney import mann_whitney_less, min_p_value
 from perfgate.verdict._rules import MetricRule
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from perfgate._stats import median
-from perfgate.verdict._direction import Direction, unit_of
+from perfgate.catalogue import Direction, unit_of
 from perfgate.verdict._judge import InconclusivePolicy, WorkloadVerdict, fmt_value
 from perfgate.verdict._rules import MetricRule
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from perfgate.catalogue import CAPACITY, Direction, direction_of
 from perfgate.metrics import SLO_METRICS
 from perfgate.profile import GateSpec, Workload
-from perfgate.verdict._direction import Direction, direction_of
-from perfgate.verdict._names import CAPACITY, check_metric_name
+from perfgate.verdict._names import check_metric_name
 
 # A capacity is a sweep point (or a bisected load): dropping a whole point is always more than
 # this, while a sweep refined by bisection may move by less without failing.
