@@ -7,7 +7,7 @@ rules, a_runs, b_runs, ...)`` judges variant B against variant A round by round 
 :class:`PairedMetricVerdict` per rule. Pure Python, no I/O.
 """
 
-from perfgate.verdict._direction import Direction, direction_of, unit_of
+from perfgate.verdict._direction import Direction, direction_of, may_be_zero, unit_of
 from perfgate.verdict._judge import (
     RECORD_HINT,
     MetricVerdict,
@@ -49,6 +49,7 @@ __all__ = [
     "judge",
     "judge_paired",
     "mann_whitney_less",
+    "may_be_zero",
     "median_interval",
     "min_p_value",
     "rules_for",

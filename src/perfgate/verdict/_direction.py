@@ -88,3 +88,16 @@ def unit_of(metric: str) -> str:
         if metric.endswith(suffix):
             return unit
     return ""
+
+
+def may_be_zero(metric: str) -> bool:
+    """Whether 0 is a real measurement of ``metric``: for failures, queue lengths, imbalance and
+    spreads it is, and for a sweep's capacity (no load met the SLO: below the lowest load); any
+    other higher-is-better metric at 0 measured nothing (and a baseline of 0 passes every run),
+    and so does a time (a latency of 0 ms), its standard deviation excepted."""
+    if metric == "capacity":
+        return True
+    if direction_of(metric) == "higher":
+        return False
+    timed = unit_of(metric) in ("ms", "s")
+    return not timed or metric.startswith("std_")
