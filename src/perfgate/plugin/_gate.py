@@ -74,6 +74,13 @@ class GateChecks:
             pytest.fail(f"{self.workload}: run invalid:\n  " + "\n  ".join(self.problems), pytrace=False)
 
     def assert_metrics(self, category: Category) -> None:
+        """Fails an invalid run before anything else, whichever tests were selected: numbers that
+        do not describe the server pass no gate, and skipping would read as green."""
+        if self.problems:
+            pytest.fail(
+                f"{self.workload}: run invalid, so its {category} is not judged:\n  " + "\n  ".join(self.problems),
+                pytrace=False,
+            )
         verdicts = [v for v in self.verdicts if category_of(v.metric) == category]
         if not verdicts:
             pytest.skip(f"{self.workload}: no {category} metric is gated by this profile")
