@@ -117,9 +117,48 @@ def _rules(wl: dict[str, Any], asked: Sequence[str]) -> list[MetricRule]:
     return [stored.get(m) or MetricRule(m, direction_of(m), tolerance=DEFAULT_TOLERANCE.get(m, 0.03)) for m in asked]
 
 
+def _profile_name(doc: dict[str, Any]) -> Any:
+    profile = doc.get("profile")
+    return profile.get("name") if isinstance(profile, dict) else profile
+
+
+def _mismatches(
+    doc_a: dict[str, Any],
+    doc_b: dict[str, Any],
+    common: Sequence[str],
+    old: dict[str, dict[str, Any]],
+    new: dict[str, dict[str, Any]],
+) -> list[str]:
+    """What makes the two runs measure different things: another profile, or a workload whose
+    fingerprint (server, hardware, workload spec) differs."""
+    out = []
+    if _profile_name(doc_a) != _profile_name(doc_b):
+        out.append(f"the runs are of different profiles ({_profile_name(doc_a)!r} and {_profile_name(doc_b)!r})")
+    for name in common:
+        fa, fb = old[name].get("fingerprint"), new[name].get("fingerprint")
+        if fa != fb:
+            keys = sorted(k for k in {**(fa or {}), **(fb or {})} if (fa or {}).get(k) != (fb or {}).get(k))
+            out.append(f"workload {name}: the fingerprints differ ({', '.join(keys) or 'one is missing'})")
+    return out
+
+
+def _unmeasured(wl: dict[str, Any], path: Path) -> str:
+    """Why a results file's workload measured nothing to compare: an invalid run, or a repeat
+    in which no request completed; "" when it did."""
+    if wl.get("invalid_reasons"):
+        return f"the run in {path} was invalid ({'; '.join(map(str, wl['invalid_reasons']))})"
+    for i, r in enumerate(wl["repeats"], start=1):
+        values = r.get("values") if isinstance(r, dict) else None
+        completed = values.get("completed") if isinstance(values, dict) else None
+        if not isinstance(completed, (int, float)) or not completed > 0:
+            return f"repeat {i} in {path} completed no request (completed = {completed!r}): it measured nothing"
+    return ""
+
+
 def _compare(args: argparse.Namespace) -> int:
     path_a, path_b = Path(args.a), Path(args.b)
-    old, new = _workloads(_load_results(path_a), path_a), _workloads(_load_results(path_b), path_b)
+    doc_a, doc_b = _load_results(path_a), _load_results(path_b)
+    old, new = _workloads(doc_a, path_a), _workloads(doc_b, path_b)
     common = [name for name in new if name in old]
     if not common:
         raise PerfgateError(
@@ -127,6 +166,15 @@ def _compare(args: argparse.Namespace) -> int:
             f"{sorted(new) or 'none'}, "
             "none in common; pass results of runs of the same profile"
         )
+    mismatches = _mismatches(doc_a, doc_b, common, old, new)
+    if mismatches and not args.force:
+        raise PerfgateError(
+            f"{path_a} and {path_b} do not measure the same thing: "
+            + "; ".join(mismatches)
+            + "; compare runs of one profile on one setup, or pass --force to compare them anyway"
+        )
+    for line in mismatches:
+        print(f"note: {line} (compared anyway: --force)")
     for name in sorted(set(old) ^ set(new)):
         print(f"skip {name}: only in {path_a if name in old else path_b}")
     regressed = undecided = False
@@ -136,6 +184,11 @@ def _compare(args: argparse.Namespace) -> int:
         stopped = [str(p) for p, w in ((path_a, a), (path_b, b)) if w.get("error") or not w["repeats"]]
         if stopped:
             print(f"ERROR {name}: not compared, the run in {' and '.join(stopped)} stopped with an error")
+            undecided = True
+            continue
+        unmeasured = [why for why in (_unmeasured(a, path_a), _unmeasured(b, path_b)) if why]
+        if unmeasured:
+            print(f"ERROR {name}: not compared, " + "; ".join(unmeasured))
             undecided = True
             continue
         now, base = [r["values"] for r in b["repeats"]], [r["values"] for r in a["repeats"]]
@@ -159,12 +212,14 @@ def _compare(args: argparse.Namespace) -> int:
     if regressed:
         print("regression")
         return EXIT_REGRESSION
-    if not compared:
+    if not compared and not undecided:
         raise PerfgateError(
             f"nothing compared: no gated metric is present in both {path_a} and {path_b}; name one with --metric"
         )
     if undecided:
-        print("undecided: an inconclusive metric or a workload that stopped with an error (exit 2)")
+        print(
+            "undecided: an inconclusive metric, or a workload that stopped with an error or measured nothing (exit 2)"
+        )
         return EXIT_ERROR
     print("no regression")
     return 0
@@ -274,6 +329,11 @@ def _parser() -> argparse.ArgumentParser:
         choices=["fail", "warn"],
         default="fail",
         help="an inconclusive metric exits 2 (fail, the default) or is only reported (warn)",
+    )
+    c.add_argument(
+        "--force",
+        action="store_true",
+        help="compare runs of different profiles or fingerprints (refused without it, exit 2)",
     )
     ab = sub.add_parser(
         "ab",

@@ -19,6 +19,10 @@ under any interpreter. It serves ``/health``, ``/health_generate``, ``/v1/models
                    the server closes the connection
 --gzip-header      says "Content-Encoding: gzip" (without compressing)
 -t/--threads N     accepted and ignored: a short and a long spelling of one option
+--count-factor F   reports F x the tokens it streamed as completion_tokens (a miscounting server)
+--extra-tokens N   streams N tokens beyond max_new_tokens, counting them
+--prompt-tokens-offset N
+                   reports meta_info.prompt_tokens as the ids it was sent plus N
 """
 
 from __future__ import annotations
@@ -44,6 +48,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--crlf", action="store_true")
     p.add_argument("--close-delimited", action="store_true")
     p.add_argument("--gzip-header", action="store_true")
+    p.add_argument("--count-factor", type=float, default=1.0)
+    p.add_argument("--extra-tokens", type=int, default=0)
+    p.add_argument("--prompt-tokens-offset", type=int, default=None)
     return p.parse_args()
 
 
@@ -96,8 +103,9 @@ async def send_chunk(writer: asyncio.StreamWriter, data: bytes) -> None:
 
 
 async def generate(writer: asyncio.StreamWriter, body: bytes) -> None:
-    params = json.loads(body or b"{}").get("sampling_params", {})
-    total = int(params.get("max_new_tokens", 16))
+    request = json.loads(body or b"{}")
+    params = request.get("sampling_params", {})
+    total = int(params.get("max_new_tokens", 16)) + ARGS.extra_tokens
     framing = "\r\n" if ARGS.close_delimited else "Transfer-Encoding: chunked\r\n\r\n"
     encoding = "Content-Encoding: gzip\r\n" if ARGS.gzip_header else ""
     writer.write(head("200 OK", "text/event-stream", encoding + framing))
@@ -108,7 +116,9 @@ async def generate(writer: asyncio.StreamWriter, body: bytes) -> None:
         sent = min(total, sent + ARGS.tokens_per_chunk)
         meta: dict[str, object] = {"id": "q", "finish_reason": {"type": "length"} if sent == total else None}
         if not ARGS.no_counts:
-            meta["completion_tokens"] = sent
+            meta["completion_tokens"] = round(sent * ARGS.count_factor)
+        if ARGS.prompt_tokens_offset is not None:
+            meta["prompt_tokens"] = len(request.get("input_ids", [])) + ARGS.prompt_tokens_offset
         event = {"text": "x" * sent, "meta_info": meta}
         await send_chunk(writer, b"data: " + json.dumps(event).encode() + b"\n\n")
         if ARGS.token_delay_s:

@@ -121,7 +121,7 @@ def test_integer_keys_accept_exactly_the_valid_range(concurrency, prompts):
     text = MINIMAL.replace("concurrency = 4", f"concurrency = {concurrency}").replace(
         "num_prompts = 16", f"num_prompts = {prompts}"
     )
-    if concurrency >= 1 and prompts >= 1:
+    if 1 <= concurrency <= prompts:
         w = parse(text).workloads[0]
         assert (w.concurrency, w.num_prompts) == (concurrency, prompts)
     else:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,9 @@ from typing import Any
 from perfgate._stats import median
 from perfgate.baseline._args import normalize_args
 from perfgate.baseline._fingerprint import Fingerprint, driver_major
+from perfgate.catalogue import METRICS
 from perfgate.errors import BaselineError
+from perfgate.telemetry import TELEMETRY_METRICS
 
 SCHEMA_VERSION = 1
 
@@ -76,7 +78,17 @@ class Baseline:
         """Validate (and migrate) a parsed document; BaselineError names ``source`` and the fix."""
         if not isinstance(data, dict):
             raise BaselineError(f"baseline {source}: expected a JSON object at the top level; {FIX_HINT}")
-        version = data.get("schema_version", 0)
+        if "schema_version" in data:
+            version = data["schema_version"]
+        elif _V0_KEYS & data.keys():
+            # Schema 0 files had no version key; they are known by their own keys.
+            version = 0
+        else:
+            raise BaselineError(
+                f"baseline {source}: no schema_version key, and it is not a schema 0 baseline (those have "
+                f"{', '.join(sorted(_V0_KEYS))}); if it is a current baseline that lost the key, add "
+                f'"schema_version": {SCHEMA_VERSION}, else {FIX_HINT}'
+            )
         if not isinstance(version, int) or isinstance(version, bool) or version < 0:
             raise BaselineError(
                 f"baseline {source}: schema_version must be a whole number, got {version!r}; {FIX_HINT}"
@@ -116,8 +128,14 @@ class Baseline:
         )
 
 
+# No perfgate metric comes near this (tokens, joules, milliseconds of a long run are < 1e12):
+# a larger value is a corrupt or hand-made file, and as a baseline it would pass any run.
+PLAUSIBLE_MAX = 1e15
+
+
 def check_repeats(repeats: Any) -> list[dict[str, float]]:
-    """Repeats as a list of {metric: finite number}; TypeError/ValueError naming the problem."""
+    """Repeats as a list of {metric: number in [0, PLAUSIBLE_MAX]} (every perfgate metric is a
+    count, a rate, a time or a share: none is negative); TypeError/ValueError naming the problem."""
     if not isinstance(repeats, list) or not repeats:
         raise ValueError("repeats must be a non-empty list of metric objects")
     out = []
@@ -127,8 +145,36 @@ def check_repeats(repeats: Any) -> list[dict[str, float]]:
         for k, v in r.items():
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
                 raise ValueError(f"repeat #{i + 1} metric {k!r} must be a finite number, got {v!r}")
+            if not 0 <= v <= PLAUSIBLE_MAX:
+                raise ValueError(
+                    f"repeat #{i + 1} metric {k!r} is {v!r}: no measurement is negative or above {PLAUSIBLE_MAX:g}"
+                )
         out.append({str(k): float(v) for k, v in r.items()})
     return out
+
+
+def gated_problems(baseline: Baseline, gated: Iterable[str]) -> list[str]:
+    """Why ``baseline`` cannot judge the ``gated`` metrics: one missing from a repeat (it would
+    read as "no baseline" and pass unjudged), or 0 where that gates nothing (see
+    :attr:`perfgate.catalogue.Metric.zero_ok`). Power metrics may all be absent together: power was
+    not measured when it was recorded, which the gate reports as such."""
+    measured_power = any(m in TELEMETRY_METRICS for r in baseline.repeats for m in r)
+    problems = []
+    for metric in sorted(set(gated)):
+        if metric in TELEMETRY_METRICS and not measured_power:
+            continue
+        missing = [i for i, r in enumerate(baseline.repeats, start=1) if metric not in r]
+        if missing:
+            problems.append(f"gated metric {metric!r} is missing from repeat(s) {', '.join(map(str, missing))}")
+        elif (
+            metric in METRICS
+            and not METRICS[metric].zero_ok
+            and (zero := [i for i, r in enumerate(baseline.repeats, 1) if r[metric] <= 0])
+        ):
+            problems.append(
+                f"gated metric {metric!r} is 0 in repeat(s) {', '.join(map(str, zero))}: a run that measured nothing"
+            )
+    return problems
 
 
 def _v0_to_v1(old: Mapping[str, Any]) -> dict[str, Any]:
@@ -171,6 +217,9 @@ def _v0_to_v1(old: Mapping[str, Any]) -> dict[str, Any]:
         "provenance": provenance,
     }
 
+
+# Keys only a schema 0 document has (it had no schema_version).
+_V0_KEYS = frozenset({"machine", "means", "spec"})
 
 MIGRATIONS: dict[int, Callable[[Mapping[str, Any]], dict[str, Any]]] = {0: _v0_to_v1}
 """schema version -> function upgrading a parsed document of that version to the next one."""

@@ -16,13 +16,13 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import filelock
 
-from perfgate.baseline._document import FIX_HINT, Baseline, NewerSchemaError, check_repeats
+from perfgate.baseline._document import FIX_HINT, Baseline, NewerSchemaError, check_repeats, gated_problems
 from perfgate.baseline._fingerprint import Fingerprint, safe_name
 from perfgate.errors import BaselineError
 from perfgate.verdict import MetricRule, judge
@@ -40,26 +40,41 @@ class BaselineStore:
         self._quarantined: set[Path] = set()
         self.notes: list[str] = []
 
-    def check(self, profile: str, *, for_update: bool) -> list[str]:
+    def check(self, profile: str, *, for_update: bool, gated: Mapping[str, Collection[str]] | None = None) -> list[str]:
         """Read every baseline file of ``profile`` before anything boots; return notes.
 
         A gate run must not measure for half an hour and then fail on a file it could have read
-        at the start. Without ``for_update`` any unusable file raises one BaselineError listing
-        them all. With it (the documented fix for a corrupt file), corrupt files are only noted:
-        they are skipped and moved aside (never deleted) when their workload is recorded; a file
-        of a newer perfgate still raises, and so does a directory that cannot be written.
+        at the start. ``gated`` (workload or sweep name -> gated metrics) adds the sense checks
+        of :func:`gated_problems`. Without ``for_update`` any unusable file raises one
+        BaselineError listing them all. With it (the documented fix for a corrupt file), corrupt
+        files are only noted: they are skipped and moved aside (never deleted) when their
+        workload is recorded; a file of a newer perfgate still raises, and so do two files of
+        one fingerprint (which one is the accepted baseline is for a person to say) and a
+        directory that cannot be written.
         """
         folder = self.root / safe_name(profile)
         corrupt: list[BaselineError] = []
         newer: list[BaselineError] = []
+        readable: list[Baseline] = []
         for path in sorted(folder.glob("*.json")):
             try:
-                read_baseline(path)
+                b = read_baseline(path)
             except NewerSchemaError as e:
                 newer.append(e)
+                continue
             except BaselineError as e:
                 corrupt.append(e)
                 self._quarantined.add(path)
+                continue
+            if b is None:
+                continue
+            senseless = gated_problems(b, (gated or {}).get(b.workload, ()))
+            if senseless:
+                corrupt.append(BaselineError(f"baseline {path}: {'; '.join(senseless)}; {FIX_HINT}"))
+                self._quarantined.add(path)
+            else:
+                readable.append(b)
+        newer += _duplicates(readable)
         if newer or (corrupt and not for_update):
             problems = newer + ([] if for_update else corrupt)
             raise BaselineError(
@@ -91,12 +106,13 @@ class BaselineStore:
     def load(self, profile: str, workload: str, fingerprint: Fingerprint) -> Baseline | None:
         """The baseline recorded for exactly this fingerprint, or None.
 
-        Raises BaselineError for a corrupt, unreadable or future-schema file of this workload.
+        Raises BaselineError for a corrupt, unreadable or future-schema file of this workload,
+        and for two files of this fingerprint.
         """
-        for b in self._workload_baselines(profile, workload):
-            if b.fingerprint == fingerprint:
-                return b
-        return None
+        found = [b for b in self._workload_baselines(profile, workload) if b.fingerprint == fingerprint]
+        if len(found) > 1:
+            raise _duplicates(found)[0]
+        return found[0] if found else None
 
     def others(self, profile: str, workload: str, fingerprint: Fingerprint) -> list[Baseline]:
         """Baselines of this profile and workload recorded under a different fingerprint.
@@ -149,6 +165,10 @@ class BaselineStore:
             check_repeats(baseline.repeats)
         except (TypeError, ValueError) as e:
             raise BaselineError(f"baseline {path}: cannot be saved: {e}") from None
+        # What the next read would refuse is never written.
+        problems = gated_problems(baseline, [r.metric for r in rules])
+        if problems:
+            raise BaselineError(f"baseline {path}: cannot be saved: {'; '.join(problems)}")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -211,6 +231,21 @@ class BaselineStore:
                 os.replace(path, aside)
                 self._quarantined.discard(path)
                 self.notes.append(f"moved the unusable baseline {path} aside to {aside.name}")
+
+
+def _duplicates(baselines: Sequence[Baseline]) -> list[BaselineError]:
+    """One error per fingerprint that more than one file of a workload holds."""
+    by_key: dict[tuple[str, str, str], list[Baseline]] = {}
+    for b in baselines:
+        by_key.setdefault((b.profile, b.workload, b.fingerprint.digest), []).append(b)
+    return [
+        BaselineError(
+            f"baselines {' and '.join(str(b.source) for b in group)}: both hold workload {workload!r} for "
+            f"fingerprint {digest}, so which one gates is unknown; keep the accepted one and delete the other"
+        )
+        for (_, workload, digest), group in sorted(by_key.items())
+        if len(group) > 1
+    ]
 
 
 def _check_writable(folder: Path) -> None:

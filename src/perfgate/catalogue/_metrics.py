@@ -43,8 +43,9 @@ class Metric:
     source: Source
     summary: str
     zero_ok: bool = False
-    """Whether 0 is a value a real run can measure (no spread, nothing queued); where it is not,
-    a baseline holding 0 measured nothing."""
+    """Whether a baseline may hold 0: a real run can measure it and it still gates (no spread,
+    nothing queued, a sweep below its lowest load). A throughput or a time of 0 is a run that
+    measured nothing, and as a baseline it would pass every later run."""
     needs_slo: bool = False
     """Measured only for a workload with an ``slo``."""
     shown: bool = False
@@ -122,8 +123,7 @@ def _declare() -> Iterator[Metric]:
                 "latency",
                 "client",
                 f"{stat_text} {what}",
-                # A spread can be 0; so can every token gap of a server that sends its tokens in one chunk.
-                zero_ok=stat == "std" or family == "itl",
+                zero_ok=stat == "std",
                 shown=name in ("mean_ttft_ms", "mean_tpot_ms", "p99_tpot_ms"),
                 default_tolerance={"mean_tpot_ms": 0.03, "p99_tpot_ms": 0.10}.get(name),
             )
@@ -134,7 +134,6 @@ def _declare() -> Iterator[Metric]:
         "throughput",
         "client",
         "requests per second that met every SLO target",
-        zero_ok=True,
         needs_slo=True,
         shown=True,
     )
@@ -145,7 +144,6 @@ def _declare() -> Iterator[Metric]:
         "throughput",
         "client",
         "share of requests that met every SLO target",
-        zero_ok=True,
         needs_slo=True,
         shown=True,
     )
@@ -157,7 +155,6 @@ def _declare() -> Iterator[Metric]:
             "throughput",
             "client",
             f"share of requests that met the {target}_ms target",
-            zero_ok=True,
             needs_slo=True,
         )
     yield Metric(
@@ -201,7 +198,6 @@ def _declare() -> Iterator[Metric]:
         "server",
         "server",
         "prompt tokens served from the server's prefix cache / prompt tokens",
-        zero_ok=True,
         shown=True,
     )
     yield Metric(
@@ -277,6 +273,7 @@ def _declare() -> Iterator[Metric]:
         "capacity",
         "sweep",
         "the highest load of a sweep that meets the SLO (concurrency or req/s)",
+        zero_ok=True,
     )
 
 

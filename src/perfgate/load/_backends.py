@@ -21,9 +21,12 @@ class StreamState:
 
     tokens: int = 0
     server_tokens: int | None = None
-    # Prompt tokens as the server counted them (OpenAI usage); chat prompts are text, so only
-    # the server knows their length in tokens.
+    # Prompt tokens as the server counted them (meta_info / usage); chat prompts are text, so
+    # only the server knows their length in tokens.
     server_prompt_tokens: int | None = None
+    # Chunks that carried generated content (a /generate chunk whose count or text grew, an
+    # OpenAI chunk with text), each at least one token, whether or not a count moved with it.
+    content_chunks: int = 0
     # Content chunks that came without a token count and were counted as one token each.
     guessed_chunks: int = 0
     finish_reason: str | None = None
@@ -34,6 +37,8 @@ class StreamState:
 class Backend:
     name = ""
     path = ""
+    # The prompt is sent as token ids, so the server's prompt count must equal their number.
+    prompt_is_ids = True
 
     def __init__(self, model: str, ignore_eos: bool, extra_body: Mapping[str, Any]) -> None:
         self.model = model
@@ -142,6 +147,7 @@ class SGLangBackend(Backend):
         state.server_tokens = ct
         if new > 0:
             state.tokens += new
+            state.content_chunks += 1
             return new
         return 0
 
@@ -158,10 +164,13 @@ class SGLangBackend(Backend):
         if ct is not None:
             new = ct - (state.server_tokens or 0)
             state.server_tokens = ct
-        elif obj.get("text"):
+        if (pt := _count(meta.get("prompt_tokens"))) is not None:
+            state.server_prompt_tokens = pt
+        if ct is None and obj.get("text"):
             # No count from the server: time the chunk as one token, report the total as unknown.
             new = 1
         state.tokens += max(new, 0)
+        state.content_chunks += new > 0
         fr = meta.get("finish_reason")
         if fr:
             state.finish_reason = fr.get("type", str(fr)) if isinstance(fr, dict) else str(fr)
@@ -200,6 +209,7 @@ class _OpenAIBackend(Backend):
                 state.finish_reason = choice["finish_reason"]
         if not content:
             return 0
+        state.content_chunks += 1
         if count is None:
             state.guessed_chunks += 1
             new = 1
@@ -238,6 +248,7 @@ class OpenAICompletionsBackend(_OpenAIBackend):
 class OpenAIChatBackend(_OpenAIBackend):
     name = "openai-chat"
     path = "/v1/chat/completions"
+    prompt_is_ids = False
 
     def body(self, spec: RequestSpec, max_tokens: int) -> dict[str, Any]:
         body: dict[str, Any] = {

@@ -178,7 +178,7 @@ class Streamer:
         rec.output_tokens = state.server_tokens
         if state.server_prompt_tokens is not None:
             rec.input_tokens = state.server_prompt_tokens
-        rec.error = state.error or self._completeness_error(state, max_tokens)
+        rec.error = state.error or self._completeness_error(state, spec.input_len, max_tokens)
         counters.done += 1
         if rec.error:
             counters.errors += 1
@@ -218,10 +218,14 @@ class Streamer:
             return f"invalid response: {failure}"
         return f"connection error: {failure} (after {state.tokens} tokens)"
 
-    def _completeness_error(self, state: StreamState, max_tokens: int) -> str:
+    def _completeness_error(self, state: StreamState, sent_tokens: int, max_tokens: int) -> str:
         # Servers that never send [DONE] (transformers serve) end their stream with a finish_reason.
         if not state.done and state.finish_reason is None:
             return f"truncated stream: ended after {state.tokens} tokens without [DONE] or a finish_reason"
+        # Before the short-stream check: a count that contradicts the stream says nothing of its length.
+        miscounted = count_error(state, sent_tokens, max_tokens, self.plan.backend.prompt_is_ids)
+        if miscounted:
+            return miscounted
         # Without the server's count only chunks were counted, and one chunk can carry several
         # tokens: too few chunks proves nothing (the metrics say the counts are unknown).
         if self.plan.workload.ignore_eos and state.server_tokens is not None and state.server_tokens < max_tokens:
@@ -230,3 +234,47 @@ class Streamer:
                 f"(finish_reason {state.finish_reason!r})"
             )
         return ""
+
+
+# Text prompts (chat) are counted by the server's tokenizer and chat template; the client's
+# length is the words it sent. A count outside [sent / 4, 4 x sent + 512] is no tokenizer's
+# reading of those words: the server counts something else.
+TEXT_PROMPT_FACTOR = 4
+TEXT_PROMPT_TEMPLATE_TOKENS = 512
+
+
+def count_error(state: StreamState, sent_tokens: int, max_tokens: int, prompt_is_ids: bool) -> str:
+    """Why a completed stream's token counts cannot be trusted; "" when they agree.
+
+    The rule, for every backend: a content chunk carries at least one token and a request
+    yields at most ``max_tokens``, so ``chunks <= max_tokens``; where the server counts
+    (meta_info / usage), ``chunks <= count <= max_tokens`` (a count above the chunks is the
+    several-tokens-per-chunk case, above ``max_tokens`` it is not a count of this stream).
+    With ignore_eos the count must equal ``max_tokens`` (fewer is a short stream, checked
+    before). Prompt tokens the server reports must equal the ids sent by id backends, and lie
+    within the bounds above for text prompts.
+    """
+    server, chunks = state.server_tokens, state.content_chunks
+    if chunks > max_tokens:
+        return f"token count: {chunks} content chunks streamed for at most {max_tokens} tokens asked (max_tokens)"
+    if server is not None and server > max_tokens:
+        return f"token count: the server counted {server} output tokens, more than the {max_tokens} asked (max_tokens)"
+    if server is not None and server < chunks:
+        return (
+            f"token count: the server counted {server} output tokens but streamed {chunks} content chunks "
+            "(each carries at least one token)"
+        )
+    prompt = state.server_prompt_tokens
+    if prompt is None:
+        return ""
+    if prompt_is_ids:
+        if prompt != sent_tokens:
+            return f"token count: the server counted {prompt} prompt tokens, {sent_tokens} token ids were sent"
+        return ""
+    low, high = sent_tokens // TEXT_PROMPT_FACTOR, TEXT_PROMPT_FACTOR * sent_tokens + TEXT_PROMPT_TEMPLATE_TOKENS
+    if not low <= prompt <= high:
+        return (
+            f"token count: the server counted {prompt} prompt tokens for a prompt of about {sent_tokens} tokens "
+            f"(outside {low}..{high})"
+        )
+    return ""

@@ -35,8 +35,9 @@ class GateChecks:
     """A workload's verdicts asserted one category at a time, so each test names what it guards:
     a gate run's (against the baseline, :meth:`of_gate`) or an A/B's (B against A, :meth:`of_ab`).
 
-    ``problems``: why the workload's runs cannot be trusted (invalid, stopped); ``where``: extra
-    lines for a failing metric (the weakest GPU of a power metric).
+    ``problems``: why the workload's runs cannot be trusted (invalid, stopped); ``unrecorded``:
+    why a candidate asked to be accepted was not (a failure of validity only: its verdicts still
+    stand); ``where``: extra lines for a failing metric (the weakest GPU of a power metric).
     """
 
     workload: str
@@ -45,6 +46,7 @@ class GateChecks:
     power_note: str
     baseline_note: str = ""
     where: Mapping[str, str] = field(default_factory=dict)
+    unrecorded: tuple[str, ...] = ()
 
     @classmethod
     def of_gate(cls, result: WorkloadResult, power_note: str) -> GateChecks:
@@ -57,13 +59,21 @@ class GateChecks:
         """``accept``: --perf-accept-candidate was asked, so B's runs not being recorded is a problem."""
         unrecorded = [f"baseline: {workload.baseline_note}"] if accept and not workload.recorded else []
         verdicts = workload.verdict.metrics if workload.verdict else ()
-        return cls(workload.name, (*workload.problems, *unrecorded), verdicts, power_note)
+        return cls(workload.name, tuple(workload.problems), verdicts, power_note, unrecorded=tuple(unrecorded))
 
     def assert_valid(self) -> None:
-        if self.problems:
-            pytest.fail(f"{self.workload}: run invalid:\n  " + "\n  ".join(self.problems), pytrace=False)
+        problems = (*self.problems, *self.unrecorded)
+        if problems:
+            pytest.fail(f"{self.workload}: run invalid:\n  " + "\n  ".join(problems), pytrace=False)
 
     def assert_metrics(self, category: GateTest) -> None:
+        """Fails an invalid run before anything else, whichever tests were selected: numbers that
+        do not describe the server pass no gate, and skipping would read as green."""
+        if self.problems:
+            pytest.fail(
+                f"{self.workload}: run invalid, so its {category} is not judged:\n  " + "\n  ".join(self.problems),
+                pytrace=False,
+            )
         verdicts = [v for v in self.verdicts if metric(v.metric).test == category]
         if not verdicts:
             pytest.skip(f"{self.workload}: no {category} metric is gated by this profile")

@@ -129,32 +129,46 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def integer(min_value: int | None = None) -> Check:
-    expected = f"an integer >= {min_value}" if min_value is not None else "an integer"
+# Upper bounds of integer keys: far beyond any real run, low enough that the dataset and load
+# code (lists of token ids, per-request records, seeds) can take every value they allow.
+LENGTH_MAX = 10_000_000
+"""Tokens of one prompt, answer or context: ten times the longest context windows."""
+COUNT_MAX = 1_000_000
+"""Requests of one repeat, in flight at once, or before measuring (records take ~1 KB each)."""
+SEED_MAX = 2**32 - 1
+"""What every random generator perfgate seeds accepts."""
+TOKEN_ID_MAX = 2**32
+"""Prompt token ids are stored as 32-bit unsigned integers."""
+
+
+def integer(min_value: int, max_value: int) -> Check:
+    """An integer in [``min_value``, ``max_value``]: every integer key has both bounds."""
+    expected = f"an integer >= {min_value}"
 
     def convert(v: Any) -> int:
-        if not _is_int(v) or (min_value is not None and v < min_value):
+        if not _is_int(v) or v < min_value:
             raise Bad(expected)
+        if v > max_value:
+            raise Bad(f"an integer from {min_value} to {max_value:,}")
         return int(v)
 
-    return Check("integer", f">= {min_value}" if min_value is not None else "", convert)
+    return Check("integer", f"{min_value} - {max_value:,}", convert)
 
 
-def integer_or(word: str, min_value: int) -> Check:
-    """An integer >= ``min_value``, or the string ``word`` (e.g. "auto")."""
-    whole = integer(min_value)
-    expected = f'an integer >= {min_value} or "{word}"'
+def integer_or(word: str, min_value: int, max_value: int) -> Check:
+    """An integer in [``min_value``, ``max_value``], or the string ``word`` (e.g. "auto")."""
+    whole = integer(min_value, max_value)
 
     def convert(v: Any) -> int | str:
         if v == word:
             return word
         try:
             number: int = whole.convert(v)
-        except Bad:
-            raise Bad(expected) from None
+        except Bad as e:
+            raise Bad(f'{e} or "{word}"') from None
         return number
 
-    return Check(f'integer or "{word}"', f'>= {min_value}, or `"{word}"`', convert)
+    return Check(f'integer or "{word}"', f'{min_value} - {max_value:,}, or `"{word}"`', convert)
 
 
 def _finite_float(v: Any) -> float | None:
@@ -205,13 +219,17 @@ open_ratio = _at_most(
     expected="a number between 0 and 1 (exclusive)",
     allowed="> 0 and < 1",
 )
-port_number = _at_most(
-    integer(0),
-    65535,
-    inclusive=True,
-    expected="a port number 0-65535 (0 picks a free port)",
-    allowed="0 - 65535 (0 picks a free port)",
-)
+
+
+def _port(v: Any) -> int:
+    if not _is_int(v) or v < 0:
+        raise Bad("an integer >= 0")
+    if v > 65535:
+        raise Bad("a port number 0-65535 (0 picks a free port)")
+    return int(v)
+
+
+port_number = Check("integer", "0 - 65535 (0 picks a free port)", _port)
 
 
 def _instance_of(kind: type, expected: str) -> Callable[[Any], Any]:
@@ -303,13 +321,13 @@ gpu_list = Check(
 
 
 def _id_range(v: Any) -> tuple[int, int]:
-    ok = isinstance(v, list) and len(v) == 2 and all(_is_int(x) and x >= 0 for x in v) and v[0] < v[1]
+    ok = isinstance(v, list) and len(v) == 2 and all(_is_int(x) and 0 <= x <= TOKEN_ID_MAX for x in v) and v[0] < v[1]
     if not ok:
-        raise Bad("[lo, hi] with 0 <= lo < hi (token ids are drawn from lo to hi - 1)")
+        raise Bad(f"[lo, hi] with 0 <= lo < hi <= {TOKEN_ID_MAX} (token ids are drawn from lo to hi - 1)")
     return (v[0], v[1])
 
 
-id_range = Check("[integer, integer]", "0 <= lo < hi", _id_range)
+id_range = Check("[integer, integer]", f"0 <= lo < hi <= {TOKEN_ID_MAX}", _id_range)
 
 
 def _str_map(v: Any) -> dict[str, str]:

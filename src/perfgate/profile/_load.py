@@ -191,6 +191,13 @@ def _expand(ctx: _Ctx, where: str, fields: dict[str, Any]) -> tuple[list[Workloa
     if "name" not in fields:
         base = replace(base, name=_workload_id(replace(base, request_rate=rate), shown_c))
     if not axis:
+        if base.concurrency > base.num_prompts:
+            raise ctx.fail(
+                where,
+                "concurrency",
+                f"{base.concurrency} is more than num_prompts = {base.num_prompts}: at most num_prompts requests can "
+                "be in flight, so the load asked for is never reached; raise num_prompts or lower concurrency",
+            )
         if base.client_processes != "auto" and base.client_processes > base.concurrency:
             raise ctx.fail(
                 where,

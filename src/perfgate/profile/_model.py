@@ -11,6 +11,9 @@ from typing import Literal, get_args
 
 from perfgate import catalogue
 from perfgate.profile._keys import (
+    COUNT_MAX,
+    LENGTH_MAX,
+    SEED_MAX,
     boolean,
     choice,
     gpu_list,
@@ -45,6 +48,13 @@ Tokenize = Literal["approximate", "server"]
 CapacityStat = Literal["median", "p90", "p95", "p99"]
 SweepAxis = Literal["concurrency", "request_rate"]
 InconclusivePolicy = Literal["fail", "warn"]
+
+MAX_TURNS = 10_000
+MAX_REPEATS = 1_000
+# One process per core of the largest hosts; concurrency bounds it further.
+MAX_CLIENT_PROCESSES = 1_024
+# Halving a load gap 30 times is below any load's resolution.
+MAX_BISECT_STEPS = 30
 
 
 @dataclass(frozen=True)
@@ -176,7 +186,7 @@ class Workload:
         shown_default="`c{concurrency}-in{input_len}-out{output_len}[-r{request_rate}]`; other datasets and "
         'sweeps: see "Production-like workloads"',
     )
-    num_prompts: int = key(integer(1), "measured requests per repeat")
+    num_prompts: int = key(integer(1, COUNT_MAX), "measured requests per repeat")
     # A list is a capacity sweep: the loader makes one point workload per value (Profile.sweeps).
     concurrency: int = key(concurrency_or_sweep, "most requests in flight")
     dataset: Dataset = key(
@@ -187,14 +197,14 @@ class Workload:
         default="random",
     )
     input_len: int | None = key(
-        integer(1),
+        integer(1, LENGTH_MAX),
         "prompt tokens per request (exact: prompts are token ids); shared-prefix: "
         "the question after the system prompt; multi-turn: each user message",
         default=None,
         shown_default='required, except with dataset = "sharegpt" or a histogram',
     )
     output_len: int | None = key(
-        integer(1),
+        integer(1, LENGTH_MAX),
         "output tokens per request; sharegpt: overrides the conversation's answer length; multi-turn: each reply",
         default=None,
         shown_default='required, except with dataset = "sharegpt"',
@@ -212,16 +222,16 @@ class Workload:
         shown_default="uniform",
     )
     system_prompt_len: int = key(
-        integer(1),
+        integer(1, LENGTH_MAX),
         "shared-prefix: tokens of each group's system prompt",
         default=0,
         shown_default='required with dataset = "shared-prefix"',
     )
     num_groups: int = key(
-        integer(1), "shared-prefix: distinct system prompts; requests are spread evenly over them", default=1
+        integer(1, COUNT_MAX), "shared-prefix: distinct system prompts; requests are spread evenly over them", default=1
     )
     num_turns: int = key(
-        integer(1),
+        integer(1, MAX_TURNS),
         "multi-turn: requests per chat session; turn k sends the k-1 earlier user "
         "messages and replies again, then a new user message; num_prompts must be a multiple",
         default=0,
@@ -239,7 +249,7 @@ class Workload:
         shown_default='required with dataset = "sharegpt"',
     )
     context_len: int | None = key(
-        integer(2),
+        integer(2, LENGTH_MAX),
         "sharegpt: drop conversations whose prompt + output exceed this many "
         "tokens (bench_serving's --sharegpt-context-len)",
         default=None,
@@ -258,7 +268,9 @@ class Workload:
         default=math.inf,
     )
     warmup_requests: int = key(
-        integer(0), "requests before measuring, at the same concurrency, excluded from every number", default=1
+        integer(0, COUNT_MAX),
+        "requests before measuring, at the same concurrency, excluded from every number",
+        default=1,
     )
     backend: Backend = key(
         choice(*get_args(Backend)),
@@ -271,11 +283,13 @@ class Workload:
     range_ratio: float = key(
         ratio, "lengths are drawn from [ratio x len, len]; bench_serving's default is 0.0", default=1.0
     )
-    seed: int = key(integer(0), "seed of prompts, lengths and arrival times", default=0)
+    seed: int = key(integer(0, SEED_MAX), "seed of prompts, lengths and arrival times", default=0)
     flush_cache: bool = key(boolean, "POST /flush_cache after warmup, before measuring", default=False)
     pacing: Pacing = key(choice(*get_args(Pacing)), "arrival process at a finite request_rate", default="poisson")
     max_error_rate: float = key(ratio, "share of failed requests a valid run may have", default=0.0)
-    repeats: int | None = key(integer(1), "overrides [gate] repeats", default=None, shown_default="[gate] repeats")
+    repeats: int | None = key(
+        integer(1, MAX_REPEATS), "overrides [gate] repeats", default=None, shown_default="[gate] repeats"
+    )
     token_id_range: tuple[int, int] | None = key(
         id_range, "prompt token ids are drawn from [lo, hi)", default=None, shown_default="`[1000, 30000]`"
     )
@@ -286,7 +300,7 @@ class Workload:
     )
     # For rates one process cannot sustain without saturating.
     client_processes: int | Literal["auto"] = key(
-        integer_or("auto", 1),
+        integer_or("auto", 1, MAX_CLIENT_PROCESSES),
         "load-client processes sharing the requests (concurrency / N streams each), at most "
         'concurrency; "auto" sizes them from the warmup (client CPU per chunk x expected chunks per second)',
         default=1,
@@ -307,7 +321,7 @@ class Workload:
         default="p90",
     )
     capacity_bisect_steps: int = key(
-        integer(0),
+        integer(0, MAX_BISECT_STEPS),
         "sweeps: loads run between the last point within the SLO and the first beyond it, halving the gap each time",
         default=0,
     )
@@ -408,7 +422,7 @@ class GateSpec:
     """What the measured numbers are held to."""
 
     # Three repeats let the Mann-Whitney test confirm a drop (benchmarks/detection.py).
-    repeats: int = key(integer(1), "measured repeats per workload; the noise test needs >= 3", default=3)
+    repeats: int = key(integer(1, MAX_REPEATS), "measured repeats per workload; the noise test needs >= 3", default=3)
     require_baseline: bool = key(
         boolean, "fail a workload without a baseline for its fingerprint (else: skipped)", default=False
     )
@@ -428,7 +442,7 @@ class GateSpec:
         boolean, "before failing, run the repeats again and judge all of them together", default=False
     )
     max_repeats: int | None = key(
-        integer(1),
+        integer(1, MAX_REPEATS),
         "most repeats in all when a median past its limit is not yet "
         "confirmed by the noise test (more are run one at a time); at least the repeats",
         default=None,

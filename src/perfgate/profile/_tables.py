@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from perfgate.profile._keys import Bad, Check, _finite_float, _is_int
+from perfgate.profile._keys import COUNT_MAX, LENGTH_MAX, Bad, Check, _finite_float, _is_int
 
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2e_ms")
 
@@ -93,7 +93,9 @@ def _bins(v: Any) -> tuple[tuple[int, int, float], ...]:
         raise Bad(expected)
     out = []
     for b in v:
-        if not (isinstance(b, list) and len(b) == 3 and _is_int(b[0]) and _is_int(b[1]) and 1 <= b[0] <= b[1]):
+        if not (
+            isinstance(b, list) and len(b) == 3 and _is_int(b[0]) and _is_int(b[1]) and 1 <= b[0] <= b[1] <= LENGTH_MAX
+        ):
             raise Bad(expected)
         w = _finite_float(b[2])
         if w is None or math.isinf(w) or w < 0:
@@ -118,8 +120,12 @@ def _length_dist(v: Any) -> LengthDist:
     if stddev is None or math.isinf(stddev) or stddev <= 0:
         raise Bad(f"{kind} with stddev > 0 tokens")
     lo, hi = v.get("min", 1), v.get("max")
-    if not _is_int(lo) or lo < 1 or (hi is not None and (not _is_int(hi) or hi < lo)):
-        raise Bad(f"{kind} with integer bounds 1 <= min <= max")
+    if (
+        not _is_int(lo)
+        or not 1 <= lo <= LENGTH_MAX
+        or (hi is not None and (not _is_int(hi) or not lo <= hi <= LENGTH_MAX))
+    ):
+        raise Bad(f"{kind} with integer bounds 1 <= min <= max <= {LENGTH_MAX:,}")
     return LengthDist(kind, stddev=stddev, min=lo, max=hi)
 
 
@@ -130,6 +136,9 @@ length_dist = Check(
 
 def _int_or_list(v: Any) -> int | tuple[int, ...]:
     expected = "an integer >= 1, or a list of them in increasing order (a capacity sweep)"
+    values = v if isinstance(v, list) else [v]
+    if any(_is_int(x) and x > COUNT_MAX for x in values):
+        raise Bad(f"an integer from 1 to {COUNT_MAX:,}, or a list of them in increasing order (a capacity sweep)")
     if _is_int(v) and v >= 1:
         return int(v)
     if isinstance(v, list) and len(v) >= 2 and all(_is_int(x) and x >= 1 for x in v) and _increasing(v):
@@ -142,7 +151,7 @@ def _increasing(v: list[Any]) -> bool:
 
 
 concurrency_or_sweep = Check(
-    "integer or list of integers", ">= 1; a list (increasing) runs a capacity sweep", _int_or_list
+    "integer or list of integers", f"1 - {COUNT_MAX:,}; a list (increasing) runs a capacity sweep", _int_or_list
 )
 
 

@@ -153,8 +153,15 @@ class Session:
         for w in profile.workloads:
             check_dataset(w)
         self.store_notes = (
-            [] if options.measure_only else self.store.check(profile.name, for_update=options.update_baselines)
+            []
+            if options.measure_only
+            else self.store.check(profile.name, for_update=options.update_baselines, gated=self.gated_metrics())
         )
+
+    def gated_metrics(self) -> dict[str, list[str]]:
+        """Workload and sweep name -> the metrics its baseline is judged on."""
+        gated = {name: [r.metric for r in rules] for name, rules in self._rules.items()}
+        return gated | {name: [rule.metric] for name, rule in self._sweep_rules.items()}
 
     # -- server and telemetry -------------------------------------------------------------
     def server(self) -> RunningServer:
@@ -529,12 +536,28 @@ class Session:
         for i, r in enumerate(repeats, start=1):
             total = len(r.load.records)
             failed = r.metrics.failed
-            if count_failures and total and failed / total > workload.max_error_rate:
+            if count_failures and r.metrics.completed == 0:
+                # Whatever max_error_rate allows: zeros measured nothing, and a baseline of them
+                # would let every later run pass.
+                first = next((rec.error for rec in r.load.records if rec.error), "")
+                reasons.append(
+                    f"repeat {i}: no request completed ({failed} of {total} failed"
+                    + (f"; first: {first}" if first else "")
+                    + "): nothing was measured"
+                )
+            elif count_failures and total and failed / total > workload.max_error_rate:
                 kinds = ", ".join(f"{n} {k}" for k, n in sorted(r.metrics.errors.items()))
                 first = next(rec.error for rec in r.load.records if rec.error)
                 reasons.append(
                     f"repeat {i}: {failed} of {total} requests failed ({kinds}); first: {first}"
                     + (f" (allowed error rate {workload.max_error_rate:.1%})" if workload.max_error_rate else "")
+                )
+            steady = r.metrics.steady
+            if steady is not None and steady.output_tokens == 0:
+                reasons.append(
+                    f"repeat {i}: its {steady.length_s:.1f} s steady window holds no output token: the steady "
+                    "figures measured nothing (raise num_prompts or lower concurrency so that tokens arrive "
+                    "while the load holds)"
                 )
             client = r.load.client
             if not client.valid:
