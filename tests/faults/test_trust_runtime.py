@@ -7,9 +7,12 @@ afterwards that no process of the run is left and nothing was written where it s
 
 from __future__ import annotations
 
+import time
+import uuid
+
 import pytest
 
-from tests.faults.conftest import Gate
+from tests.faults.conftest import Gate, quirky_command
 
 USAGE = int(pytest.ExitCode.USAGE_ERROR)
 XDIST = "the perf gate cannot run under pytest-xdist"
@@ -44,3 +47,52 @@ def test_tests_that_need_no_server_still_run_under_xdist(gate: Gate) -> None:
     outcome = gate.run("-n", "2", "test_plain.py")
     assert outcome.ret == 0, outcome.out[-3000:]
     assert "2 passed" in outcome.out and XDIST not in outcome.out
+
+
+# -- streams that send bytes but make no progress ---------------------------------------------
+
+FAILED = int(pytest.ExitCode.TESTS_FAILED)
+WARMUP_FAILED = "workload c16-in32-out16: 2 of 2 warmup requests to"
+
+
+@pytest.mark.parametrize(
+    ("kind", "detail"),
+    [
+        ("comment", "without a data event"),
+        ("blank", "without a data event"),
+        ("event", "without a data event"),
+        ("field", "without a data event"),
+        ("space", "without a data event"),
+        ("json", "without a data event"),
+        ("html", "of an HTTP 200 body that never ended"),
+        ("header", "of a status line and headers that never ended"),
+        ("status-line", "of a status line and headers that never ended"),
+    ],
+)
+def test_bytes_without_progress_fail_on_the_stall_timeout(gate: Gate, kind: str, detail: str) -> None:
+    t0 = time.monotonic()
+    outcome = gate.run(kind="command", server=quirky_command("--endless", kind), workload="stall_timeout_s = 2")
+    assert outcome.ret == FAILED, outcome.out[-3000:]
+    outcome.shown_once(WARMUP_FAILED)
+    assert "stream stalled: no data for 2 s: " in outcome.out and detail in outcome.out, outcome.out[-3000:]
+    assert "Traceback" not in outcome.out
+    assert gate.baseline_bytes() == {}
+    # Boot, two warmup requests stalled 2 s each at most, teardown: far below a hung gate.
+    assert time.monotonic() - t0 < 120
+
+
+def test_a_200_that_is_not_a_stream_names_its_type_and_body(gate: Gate) -> None:
+    key = f"sk-{uuid.uuid4().hex}"
+    gate.secrets.append(key)
+    outcome = gate.run(
+        kind="command",
+        server=quirky_command("--html-200") + '\napi_key_env = "PERFGATE_FAULT_KEY"',
+        env={"PERFGATE_FAULT_KEY": key},
+    )
+    assert outcome.ret == FAILED, outcome.out[-3000:]
+    outcome.shown_once(WARMUP_FAILED)
+    assert (
+        "not a stream: HTTP 200 from /generate with Content-Type text/html; charset=utf-8, not text/event-stream; "
+        "the body starts: <html><body><h1>Sign in</h1><p>Your request (Bearer <redacted>) needs a session."
+    ) in outcome.out, outcome.out[-3000:]
+    assert "truncated stream" not in outcome.out
