@@ -365,6 +365,35 @@ def test_interrupting_a_session_mid_workload_leaves_no_server_process(release: R
     release.assert_no_leftovers("SIGINT in the middle of a workload")
 
 
+def test_sigkilling_a_session_mid_workload_leaves_no_server_process(release: Release, tmp_path: Path) -> None:
+    """SIGKILL (the OOM killer, a CI runner): no teardown runs, and the server's group, the
+    scheduler and detokenizer included, must still be gone within the shutdown timeout."""
+    if release.version != "0.5.23":
+        pytest.skip("the watchdog is perfgate's own; one release exercises it")
+    out = tmp_path / "gate.out"
+    argv = gate_argv(release.profile, tmp_path / "baselines", "-k", WORKLOADS[0])
+    with out.open("wb") as f:
+        session = subprocess.Popen(argv, cwd=REPO, stdout=f, stderr=subprocess.STDOUT)
+    running: dict[int, str] = {}
+    try:
+        deadline = time.monotonic() + 240
+        while " measure: " not in out.read_text(errors="replace"):
+            assert session.poll() is None, out.read_text()[-3000:]
+            assert time.monotonic() < deadline, "the workload never started:\n" + out.read_text()[-3000:]
+            time.sleep(0.2)
+        running = release.leftovers()
+    finally:
+        session.kill()
+        session.wait()
+    killed = time.monotonic()
+    assert len(running) >= 4, running
+    assert any(name.startswith("sglang::scheduler") for name in running.values()), running
+    shutdown_s = release.load().server.shutdown_timeout_s
+    while release.leftovers() and time.monotonic() < killed + shutdown_s:
+        time.sleep(0.2)
+    release.assert_no_leftovers(f"SIGKILL in the middle of a workload ({shutdown_s:g} s later)")
+
+
 def test_a_secured_server_authenticates_every_call_and_its_keys_are_written_nowhere(
     release: Release, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
