@@ -7,12 +7,17 @@ afterwards that no process of the run is left and nothing was written where it s
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 import uuid
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from tests.faults.conftest import Gate, quirky_command
+from tests.support import processes_with
 
 USAGE = int(pytest.ExitCode.USAGE_ERROR)
 XDIST = "the perf gate cannot run under pytest-xdist"
@@ -96,3 +101,85 @@ def test_a_200_that_is_not_a_stream_names_its_type_and_body(gate: Gate) -> None:
         "the body starts: <html><body><h1>Sign in</h1><p>Your request (Bearer <redacted>) needs a session."
     ) in outcome.out, outcome.out[-3000:]
     assert "truncated stream" not in outcome.out
+
+
+# -- perfgate SIGKILLed: no teardown runs, the server goes all the same ---------------------------
+
+
+def _sigkill_mid_run(gate: Gate, argv: list[str]) -> float:
+    """Start ``argv`` (a gate or an A/B), SIGKILL it once the server serves, and return how long
+    the server's processes outlived it."""
+    proc = subprocess.Popen(argv, cwd=gate.path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not processes_with(gate.marker) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert processes_with(gate.marker), "the server never started"
+        time.sleep(3.0)
+        assert proc.poll() is None, "the run ended before it could be killed"
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    killed = time.monotonic()
+    while processes_with(gate.marker) and time.monotonic() < killed + SHUTDOWN_S:
+        time.sleep(0.1)
+    assert processes_with(gate.marker) == [], f"server processes outlived the SIGKILLed run by {SHUTDOWN_S} s"
+    return time.monotonic() - killed
+
+
+SHUTDOWN_S = 5.0  # the profile's shutdown_timeout_s
+LONG = "output_len = 2000"
+
+
+@pytest.mark.parametrize("kind", ["simulator", "command"])
+def test_sigkilled_gate_takes_its_server_along(gate: Gate, kind: str) -> None:
+    if kind == "simulator":
+        profile = gate.profile(sim="time_scale = 1.0", workload=LONG)
+    else:
+        profile = gate.profile(kind="command", server=quirky_command(), workload=LONG)
+    _sigkill_mid_run(gate, gate.argv(profile=profile))
+    assert gate.baseline_bytes() == {}
+
+
+def test_sigkilled_ab_takes_its_server_along(gate: Gate) -> None:
+    profile = gate.profile(sim="time_scale = 1.0", workload=LONG)
+    argv = [sys.executable, "-m", "perfgate.cli", "ab", str(profile), "--candidate-env", "PERFGATE_SIM_SLOWDOWN=2"]
+    _sigkill_mid_run(gate, [*argv, "--baselines", str(gate.baselines), "--rounds", "2"])
+    assert gate.baseline_bytes() == {}
+
+
+# -- perfgate doctor --python --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("make", "reason"),
+    [
+        (lambda d: d / "nonexistent", "no such file"),
+        (lambda d: d, "not executable (or a directory)"),
+        (lambda d: _script(d, "exit 3", mode=0o644), "not executable (or a directory)"),
+        (lambda d: _script(d, "exit 3"), "is not a Python interpreter: `"),
+        (lambda d: _script(d, "echo 3.11"), "is not a Python interpreter: `"),
+    ],
+    ids=["missing", "directory", "not-executable", "exits-3", "not-python"],
+)
+def test_doctor_refuses_a_python_that_is_not_one(tmp_path: Path, make: Callable[[Path], Path], reason: str) -> None:
+    python = make(tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "perfgate.cli", "doctor", "--python", str(python)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("perfgate doctor: --python: ") and str(python) in line and reason in line, line
+    assert line.endswith("pass --python the interpreter of SGLang's environment"), line
+    assert proc.stdout == ""
+
+
+def _script(directory: Path, body: str, mode: int = 0o755) -> Path:
+    path = directory / "python"
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(mode)
+    return path
