@@ -69,7 +69,7 @@ WARMUP_FAILED = "workload c16-in32-out16: 2 of 2 warmup requests to"
         ("field", "without a data event"),
         ("space", "without a data event"),
         ("json", "without a data event"),
-        ("html", "of an HTTP 200 body that never ended"),
+        ("html", "of an HTTP 200 text/html body (not a stream) that never ended"),
         ("header", "of a status line and headers that never ended"),
         ("status-line", "of a status line and headers that never ended"),
     ],

@@ -322,6 +322,8 @@ def _stall_message(ex: _Exchange, stall_s: float) -> str:
         return f"{what}: {ex.idle_bytes} bytes of a status line and headers that never ended"
     if ex.sink is not None and ex.status == 200:
         return f"{what}: {ex.idle_bytes} bytes without a data event (SSE comments, blank lines, event: lines)"
+    if ex.not_stream:
+        return f"{what}: {ex.idle_bytes} bytes of an HTTP 200 {ex.not_stream} body (not a stream) that never ended"
     return f"{what}: {ex.idle_bytes} bytes of an HTTP {ex.status} body that never ended"
 
 
