@@ -205,21 +205,25 @@ def launch(
     bind = _Binding(watch_r, shown, pdeathsig=threading.current_thread() is threading.main_thread())
     try:
         with log_path.open("ab") as log:
-            popen = subprocess.Popen(
-                list(argv),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE if redactor.secrets else log,
-                stderr=subprocess.STDOUT,
-                env=dict(env),
-                cwd=cwd,
-                start_new_session=True,
-                preexec_fn=bind,
-            )
-    except OSError as e:
+            try:
+                popen = subprocess.Popen(
+                    list(argv),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE if redactor.secrets else log,
+                    stderr=subprocess.STDOUT,
+                    env=dict(env),
+                    cwd=cwd,
+                    start_new_session=True,
+                    preexec_fn=bind,
+                )
+            except (OSError, subprocess.SubprocessError) as e:
+                raise ServerError(
+                    f"cannot start server command {redactor.text(argv[0])!r}: {e} (check [server] python / command)"
+                ) from None
+    except BaseException:
+        # No server: the watchdog, if it started, sees the pipe close and exits with its group.
         os.close(watch_w)
-        raise ServerError(
-            f"cannot start server command {redactor.text(argv[0])!r}: {e} (check [server] python / command)"
-        ) from None
+        raise
     finally:
         os.close(watch_r)
     _signals.acquire()
