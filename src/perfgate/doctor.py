@@ -5,7 +5,8 @@ GPUs NVML sees (name, compute capability, enforced power limit, peer-to-peer rea
 between every pair: the scenario's GPUs each sat on their own PCIe root complex, with no
 P2P), and whether the installed SGLang autotunes the FlashInfer CUTLASS MoE runner.
 Missing pieces (no GPU, no NVML, no SGLang) are reported, not failed: exit status 0.
-Exit status 2 means the arguments were wrong.
+Exit status 2 means the arguments were wrong (a --python that is not an interpreter included:
+its report would only say "not installed" about everything).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 from perfgate.errors import ServerError
 from perfgate.gpu import GpuId, NvmlUnavailable, all_gpus, device_handle, nvml_session, p2p_read_status, query
-from perfgate.server._sglang import VERSION_KEYS, locate_sglang, resolve_sglang_root, sglang_versions
+from perfgate.server._sglang import VERSION_KEYS, check_python, locate_sglang, resolve_sglang_root, sglang_versions
 from perfgate.server.autotune import detect_autotune
 
 # nvidia-smi topo -p2p's legend for nvmlDeviceGetP2PStatus's answers.
@@ -51,6 +52,11 @@ def main(argv: Sequence[str]) -> int:
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(list(argv))
+    try:
+        check_python(args.python, "pass --python the interpreter of SGLang's environment")
+    except ServerError as err:
+        print(f"perfgate doctor: --python: {err}", file=sys.stderr)
+        return 2
     if args.sglang_root is not None:
         try:
             args.sglang_root = resolve_sglang_root(args.sglang_root)

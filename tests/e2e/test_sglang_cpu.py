@@ -20,7 +20,7 @@ import subprocess
 import time
 import tomllib
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -334,9 +334,11 @@ def proc_pid(line: str) -> int:
     return int(line.rsplit(" ", 1)[1])
 
 
-def test_interrupting_a_session_mid_workload_leaves_no_server_process(release: Release, tmp_path: Path) -> None:
-    if release.version != "0.5.12":
-        pytest.skip("the teardown path is perfgate's own; one release exercises it")
+def _stopped_mid_workload(
+    release: Release, tmp_path: Path, stop: Callable[[subprocess.Popen[bytes]], None]
+) -> tuple[dict[int, str], str]:
+    """Run a gate session, ``stop`` it once its workload measures (also when the wait fails),
+    and return the server processes that were up then and what the session printed."""
     out = tmp_path / "gate.out"
     argv = gate_argv(release.profile, tmp_path / "baselines", "-k", WORKLOADS[0])
     with out.open("wb") as f:
@@ -350,19 +352,47 @@ def test_interrupting_a_session_mid_workload_leaves_no_server_process(release: R
             time.sleep(0.2)
         running = release.leftovers()
     finally:
-        # Ctrl-C, also when the wait above failed: a killed session could not tear its server down.
-        session.send_signal(signal.SIGINT)
-        try:
-            session.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            session.kill()
-            session.wait()
-    # main, scheduler, detokenizer, resource_tracker were up when the signal came.
+        stop(session)
+    # main, scheduler, detokenizer, resource_tracker were up when it was stopped.
     assert len(running) >= 4, running
     assert any(name.startswith("sglang::scheduler") for name in running.values()), running
-    text = out.read_text(errors="replace")
+    return running, out.read_text(errors="replace")
+
+
+def _interrupt(session: subprocess.Popen[bytes]) -> None:
+    # Ctrl-C; a session that does not end on it could not tear its server down.
+    session.send_signal(signal.SIGINT)
+    try:
+        session.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        session.kill()
+        session.wait()
+
+
+def _sigkill(session: subprocess.Popen[bytes]) -> None:
+    session.kill()
+    session.wait()
+
+
+def test_interrupting_a_session_mid_workload_leaves_no_server_process(release: Release, tmp_path: Path) -> None:
+    if release.version != "0.5.12":
+        pytest.skip("the teardown path is perfgate's own; one release exercises it")
+    _, text = _stopped_mid_workload(release, tmp_path, _interrupt)
     assert "KeyboardInterrupt" in text, text[-3000:]
     release.assert_no_leftovers("SIGINT in the middle of a workload")
+
+
+def test_sigkilling_a_session_mid_workload_leaves_no_server_process(release: Release, tmp_path: Path) -> None:
+    """SIGKILL (the OOM killer, a CI runner): no teardown runs, and the server's group, the
+    scheduler and detokenizer included, must still be gone within the shutdown timeout."""
+    if release.version != "0.5.23":
+        pytest.skip("the watchdog is perfgate's own; one release exercises it")
+    _stopped_mid_workload(release, tmp_path, _sigkill)
+    killed = time.monotonic()
+    shutdown_s = release.load().server.shutdown_timeout_s
+    while release.leftovers() and time.monotonic() < killed + shutdown_s:
+        time.sleep(0.2)
+    release.assert_no_leftovers(f"SIGKILL in the middle of a workload ({shutdown_s:g} s later)")
 
 
 def test_a_secured_server_authenticates_every_call_and_its_keys_are_written_nowhere(

@@ -5,6 +5,14 @@ under any interpreter. It serves ``/health``, ``/health_generate``, ``/v1/models
 ``/version`` and a streaming ``POST /generate`` (SGLang's chunk shape: cumulative
 ``meta_info.completion_tokens``, ``data: [DONE]``). The quirks:
 
+--endless KIND     answers /generate with bytes that never make progress, 20 a second, forever:
+                   ``comment`` (": ping" SSE comments), ``blank`` (empty lines), ``event``
+                   ("event: ping" without data), ``field`` ("id:"/"retry:" lines), ``space``
+                   (keep-alive whitespace), ``html`` (a 200 text/html body), ``json`` (a 200
+                   JSON body of whitespace), ``header`` (an
+                   endless header line), ``status-line`` (an endless first line)
+--html-200         answers /generate with a 200 text/html page that quotes the request's
+                   Authorization header (a misconfigured proxy's login page)
 --drop-reused      answers one request per connection and says "Connection: keep-alive", then
                    closes the connection without a word when a second request arrives on it
                    (the keep-alive race some engines lose 5-22 % of requests to)
@@ -31,9 +39,31 @@ import argparse
 import asyncio
 import json
 
+# --endless: what is sent before the trickle, and the trickle's unit.
+_SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+def _chunk(data: bytes) -> bytes:
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+ENDLESS = {
+    "comment": (_SSE_HEAD, _chunk(b": ping\n\n")),
+    "blank": (_SSE_HEAD, _chunk(b"\n")),
+    "event": (_SSE_HEAD, _chunk(b"event: ping\n\n")),
+    "field": (_SSE_HEAD, _chunk(b"id: 7\nretry: 1000\n\n")),
+    "space": (_SSE_HEAD, _chunk(b" ")),
+    "html": (b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n<html>", b"x"),
+    "json": (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{", b" "),
+    "header": (b"HTTP/1.1 200 OK\r\nX-Slow: ", b"a"),
+    "status-line": (b"HTTP/1.1 200 ", b"O"),
+}
+
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description="quirky SGLang-shaped test server")
+    p.add_argument("--endless", choices=sorted(ENDLESS), default="")
+    p.add_argument("--html-200", action="store_true")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("-t", "--threads", type=int, default=1, help="ignored")
@@ -57,21 +87,37 @@ def parse_args() -> argparse.Namespace:
 ARGS = parse_args()
 
 
-async def read_request(reader: asyncio.StreamReader) -> tuple[str, str, bytes] | None:
+async def read_request(reader: asyncio.StreamReader) -> tuple[str, str, bytes, dict[str, str]] | None:
     line = await reader.readline()
     if not line:
         return None
     method, path, _ = line.decode().split(" ", 2)
-    length = 0
+    headers = {}
     while True:
         header = await reader.readline()
         if header in (b"\r\n", b"\n", b""):
             break
         name, _, value = header.decode().partition(":")
-        if name.strip().lower() == "content-length":
-            length = int(value.strip())
+        headers[name.strip().lower()] = value.strip()
+    length = int(headers.get("content-length", "0"))
     body = await reader.readexactly(length) if length else b""
-    return method, path, body
+    return method, path, body, headers
+
+
+async def endless(writer: asyncio.StreamWriter) -> None:
+    first, unit = ENDLESS[ARGS.endless]
+    writer.write(first)
+    while True:
+        await asyncio.sleep(0.05)
+        writer.write(unit)
+        await writer.drain()
+
+
+async def html_200(writer: asyncio.StreamWriter, headers: dict[str, str]) -> None:
+    page = f"<html><body><h1>Sign in</h1><p>Your request ({headers.get('authorization', '')}) needs a session.</p>"
+    body = (page + "</body></html>\n").encode()
+    writer.write(head("200 OK", "text/html; charset=utf-8", f"Content-Length: {len(body)}\r\n\r\n") + body)
+    await writer.drain()
 
 
 def head(status: str, content_type: str, extra: str = "") -> bytes:
@@ -141,13 +187,17 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
                 # Close without answering: the client had every reason to reuse this connection.
                 writer.transport.abort()
                 return
-            method, path, body = request
+            method, path, body, headers = request
             if path in ("/health", "/health_generate"):
                 await send_json(writer, "200 OK", {})
             elif path == "/v1/models":
                 await send_json(writer, "200 OK", {"object": "list", "data": [{"id": "quirky"}]})
             elif path == "/version":
                 await send_json(writer, "200 OK", {"version": "9.9.9-quirky"})
+            elif path == "/generate" and method == "POST" and ARGS.endless:
+                await endless(writer)
+            elif path == "/generate" and method == "POST" and ARGS.html_200:
+                await html_200(writer, headers)
             elif path == "/generate" and method == "POST":
                 await generate(writer, body)
             else:

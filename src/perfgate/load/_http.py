@@ -7,6 +7,12 @@ client"). Here the parser's body callback hands the bytes straight to the stream
 inside the event loop's read callback: no task switch, no timer per chunk (a stall timer is
 re-armed lazily, only when it fires), one clock read per socket read.
 
+The stall timer measures time since the last sign of progress, never since the last byte: the
+request sent, the response head complete, a data event of the stream. A server that trickles
+an endless status line or header, SSE comments (``: ping``), blank lines, ``event:`` lines
+without data, whitespace, or a body that is not the stream it asked for keeps sending bytes
+but fails after ``stall_s`` all the same.
+
 One connection serves one exchange at a time (no pipelining); the pool keeps idle keep-alive
 connections, newest first. Failures are :class:`HTTPFailure` with a kind the streamer turns
 into a failed request's reason.
@@ -19,6 +25,7 @@ import ssl
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import Literal
 from urllib.parse import urlsplit
 
@@ -26,9 +33,21 @@ import httptools
 
 FailureKind = Literal["connect", "stale", "disconnected", "broken", "stall", "protocol", "sink"]
 
-Sink = Callable[[bytes, float], bool]
+
+class Fed(IntEnum):
+    """What a sink made of the bytes it was handed."""
+
+    # No complete data event: comments, blank lines, part of an event.
+    NOTHING = 0
+    # At least one data event: the stream is alive (the stall timer starts again).
+    EVENT = 1
+    # The stream is over: the exchange ends before the message does.
+    OVER = 2
+
+
+Sink = Callable[[bytes, float], Fed]
 """Takes a 200 response's body bytes and the time.monotonic() of the read that brought them;
-returns True once the stream is over (the exchange then ends before the message does)."""
+says whether they held a data event or ended the stream."""
 
 # An error answer's body is kept up to this size, for its message.
 _ERROR_BODY_BYTES = 64 * 1024
@@ -53,11 +72,23 @@ class HTTPFailure(Exception):
 @dataclass(frozen=True)
 class Response:
     """How an exchange ended: the status, the body of a response no sink consumed (an error
-    answer's first 64 KB), and the time.monotonic() of the last read."""
+    answer's first 64 KB), and the time.monotonic() of the last read.
+
+    ``not_stream``: the Content-Type of a 200 that a sink was waiting for but that is neither
+    SSE nor JSON (an HTML page from a proxy, say): its body is kept here, not streamed.
+    """
 
     status: int
     body: bytes
     end_s: float
+    not_stream: str = ""
+
+
+def _streamable(content_type: bytes) -> bool:
+    """SSE or JSON (JSON: a server that answers in one piece; the stream's reader says what is
+    missing), or no Content-Type at all."""
+    media = content_type.split(b";", 1)[0].strip().lower()
+    return media in (b"", b"text/event-stream", b"application/json") or media.endswith(b"+json")
 
 
 class _Exchange:
@@ -65,11 +96,14 @@ class _Exchange:
 
     __slots__ = (
         "buffer",
+        "content_type",
         "encoding",
         "framed",
         "future",
+        "idle_bytes",
         "keep_alive",
         "last_s",
+        "not_stream",
         "now",
         "over",
         "received",
@@ -91,10 +125,14 @@ class _Exchange:
         self.received = False
         # The sink said the stream is over: the rest of the message is drained, not delivered.
         self.over = False
+        # The last progress (see the module's docstring) and the bytes received since.
         self.last_s = now
+        self.idle_bytes = 0
         self.now = now
         self.timer: asyncio.TimerHandle | None = None
         self.encoding = b""
+        self.content_type = b""
+        self.not_stream = ""
 
 
 def _reraise(exc: BaseException) -> None:
@@ -131,7 +169,8 @@ class _Connection(asyncio.Protocol):
             # Bytes nobody asked for: the connection's state is unknown, so it is not reused.
             self.close()
             return
-        ex.now = ex.last_s = time.monotonic()
+        ex.now = time.monotonic()
+        ex.idle_bytes += len(data)
         ex.received = True
         try:
             self.parser.feed_data(data)
@@ -176,11 +215,15 @@ class _Connection(asyncio.Protocol):
             ex.framed = True
         elif name == b"content-encoding" and value.lower() != b"identity":
             ex.encoding = value
+        elif name == b"content-type":
+            ex.content_type = value
 
     def on_headers_complete(self) -> None:
         ex = self.exchange
         assert ex is not None
         ex.status = self.parser.get_status_code()
+        ex.last_s = ex.now
+        ex.idle_bytes = 0
         ex.server_closes = not self.parser.should_keep_alive()
         ex.keep_alive = not ex.server_closes and self.pool.keep_alive
         if ex.encoding and ex.status == 200 and ex.sink is not None:
@@ -189,6 +232,10 @@ class _Connection(asyncio.Protocol):
                 "protocol",
                 f"the stream is encoded (Content-Encoding: {encoding}) although the client asked for identity",
             )
+        if ex.status == 200 and ex.sink is not None and not _streamable(ex.content_type):
+            # Kept like an error answer's body, for the request's error to quote.
+            ex.sink = None
+            ex.not_stream = ex.content_type.decode("latin-1")
 
     def on_body(self, body: bytes) -> None:
         ex = self.exchange
@@ -196,7 +243,11 @@ class _Connection(asyncio.Protocol):
         if ex.over:
             return
         if ex.sink is not None and ex.status == 200:
-            if ex.sink(body, ex.now):
+            fed = ex.sink(body, ex.now)
+            if fed:
+                ex.last_s = ex.now
+                ex.idle_bytes = 0
+            if fed is Fed.OVER:
                 ex.over = True
                 self._resolve(ex)
         elif len(ex.buffer) < _ERROR_BODY_BYTES:
@@ -224,14 +275,14 @@ class _Connection(asyncio.Protocol):
         if idle_s >= stall_s or ex.over:
             # Stalled, or a finished stream whose message never ended: either way this
             # connection cannot be reused.
-            self._fail(ex, HTTPFailure("stall", f"no data for {stall_s:g} s"))
+            self._fail(ex, HTTPFailure("stall", _stall_message(ex, stall_s)))
         else:
             loop = asyncio.get_running_loop()
             ex.timer = loop.call_at(loop.time() + stall_s - idle_s, self._check_stall, ex, stall_s)
 
     def _resolve(self, ex: _Exchange) -> None:
         if not ex.future.done():
-            ex.future.set_result(Response(ex.status, bytes(ex.buffer), ex.now))
+            ex.future.set_result(Response(ex.status, bytes(ex.buffer), ex.now, ex.not_stream))
 
     def _complete(self, ex: _Exchange) -> None:
         if ex.timer is not None:
@@ -261,6 +312,19 @@ class _Connection(asyncio.Protocol):
         self.closed = True
         if self.transport is not None:
             self.transport.abort()
+
+
+def _stall_message(ex: _Exchange, stall_s: float) -> str:
+    what = f"no data for {stall_s:g} s"
+    if not ex.idle_bytes:
+        return what
+    if not ex.status:
+        return f"{what}: {ex.idle_bytes} bytes of a status line and headers that never ended"
+    if ex.sink is not None and ex.status == 200:
+        return f"{what}: {ex.idle_bytes} bytes without a data event (SSE comments, blank lines, event: lines)"
+    if ex.not_stream:
+        return f"{what}: {ex.idle_bytes} bytes of an HTTP 200 {ex.not_stream} body (not a stream) that never ended"
+    return f"{what}: {ex.idle_bytes} bytes of an HTTP {ex.status} body that never ended"
 
 
 def _header_lines(headers: Mapping[str, str]) -> bytes:

@@ -9,6 +9,7 @@ from perfgate.load._backends import Backend
 from perfgate.load._selfcheck import ClientLimits
 from perfgate.load._tokenize import ServerTokenizer
 from perfgate.profile import Workload
+from perfgate.server import Redactor
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,12 @@ class LoadPlan:
         if self.workload.tokenize != "server":
             return None
         return ServerTokenizer(self.base_url, tuple(self.headers.items()), self.backend.model)
+
+    @property
+    def redactor(self) -> Redactor:
+        """Hides the bearer tokens the requests carry in anything quoted from the server."""
+        headers = [*self.headers.values(), *(self.flush_headers or {}).values()]
+        return Redactor(tuple(v.removeprefix("Bearer ") for v in headers if v.startswith("Bearer ")))
 
     @property
     def url(self) -> str:

@@ -11,7 +11,7 @@ from types import TracebackType
 from perfgate.errors import LoadError
 from perfgate.load._backends import StreamState
 from perfgate.load._dataset import RequestSpec
-from perfgate.load._http import HTTPFailure, Pool, Response, Sink
+from perfgate.load._http import Fed, HTTPFailure, Pool, Response, Sink
 from perfgate.load._plan import LoadPlan
 from perfgate.load._records import RequestRecord
 
@@ -48,9 +48,10 @@ class EventReader:
         self._tail = b""
         self.finished = False
 
-    def data(self, data: bytes, now_s: float) -> bool:
-        """Fold ``data``, read at time.monotonic() ``now_s``; True once the stream is over
-        ([DONE] or an error chunk)."""
+    def data(self, data: bytes, now_s: float) -> Fed:
+        """Fold ``data``, read at time.monotonic() ``now_s``: OVER once the stream is over
+        ([DONE] or an error chunk), EVENT when it held a data event, else NOTHING (comments,
+        blank lines, ``event:`` or ``id:`` lines, part of a line)."""
         end = len(data) - 2
         if not self._tail and data.find(b"\n", 6) == end and data[-1] == 0x0A and data.startswith(b"data: "):
             payloads: list[bytes] | tuple[bytes] = (data[6:end],)
@@ -68,7 +69,7 @@ class EventReader:
                 return self._over(offset_s)
             if n:
                 rec.add_chunk(offset_s, n)
-        return False
+        return Fed.EVENT if payloads else Fed.NOTHING
 
     def _split(self, data: bytes) -> list[bytes]:
         """The payloads of the complete ``data:`` lines; a partial last line waits for the next read."""
@@ -76,10 +77,10 @@ class EventReader:
         self._tail = lines.pop()
         return [_payload(line) for line in lines if line.startswith(b"data:")]
 
-    def _over(self, offset_s: float) -> bool:
+    def _over(self, offset_s: float) -> Fed:
         self._rec.latency_s = offset_s
         self.finished = True
-        return True
+        return Fed.OVER
 
     def end(self, now_s: float) -> None:
         """The body ended at ``now_s``: a last event without its newline still counts."""
@@ -160,8 +161,12 @@ class Streamer:
         try:
             resp = await self._send(body, rec, events.data)
             if resp.status != 200:
-                text = resp.body[:300].decode(errors="replace").strip()
-                state.error = f"HTTP {resp.status} from {plan.backend.path}: {text}"
+                state.error = f"HTTP {resp.status} from {plan.backend.path}: {self._quote(resp.body)}"
+            elif resp.not_stream:
+                state.error = (
+                    f"not a stream: HTTP 200 from {plan.backend.path} with Content-Type {resp.not_stream}, "
+                    f"not text/event-stream; the body starts: {self._quote(resp.body)}"
+                )
             elif not events.finished:
                 events.end(resp.end_s)
         except HTTPFailure as e:
@@ -206,10 +211,17 @@ class Streamer:
         rec.start_s = time.monotonic()
         return await self.pool.request("POST", path, body, sink=sink, stall_s=stall_s, fresh=True)
 
+    def _quote(self, body: bytes) -> str:
+        """The start of a body the server sent instead of a stream, with the keys redacted (a
+        proxy's error page may echo the request's Authorization header)."""
+        # Redacted whole, then cut: a cut first could leave half a key.
+        text = self.plan.redactor.text(body.decode(errors="replace"))
+        return " ".join(text.split())[:300]
+
     def _reason(self, failure: HTTPFailure, state: StreamState) -> str:
         """A failed request's reason; its first word names the kind of failure in the summary."""
         if failure.kind == "stall":
-            return f"stream stalled: no data for {self.plan.workload.stall_timeout_s:g} s"
+            return f"stream stalled: {failure}"
         if failure.kind == "broken":
             return f"truncated stream: connection broke ({failure}) after {state.tokens} tokens"
         if failure.kind == "sink":

@@ -11,6 +11,7 @@ from perfgate.ab import DEFAULT_ROUNDS
 from perfgate.errors import PerfgateError
 from perfgate.plugin._benchmark import BenchmarkHooks
 from perfgate.plugin._state import STATE_KEY, PluginState
+from perfgate.plugin._xdist import XdistGuard, refuse_on_worker
 from perfgate.report import render_text, report_lines, rows, write_ab_results, write_results
 from perfgate.server import check_url
 from perfgate.session import RunSummary
@@ -21,6 +22,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[STATE_KEY] = PluginState(config)
     if config.pluginmanager.hasplugin("benchmark"):
         config.pluginmanager.register(BenchmarkHooks(), "perfgate-benchmark")
+    config.pluginmanager.register(XdistGuard(config), "perfgate-xdist")
 
 
 def _check_options(config: pytest.Config) -> None:
@@ -95,6 +97,11 @@ def _check_ab_options(config: pytest.Config, ab: bool) -> None:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if {"perf_workload", "perf_sweep"} & set(metafunc.fixturenames):
+        try:
+            refuse_on_worker(metafunc.config)
+        except PerfgateError as e:
+            raise pytest.Collector.CollectError(f"perfgate: {e}") from None
     if "perf_workload" in metafunc.fixturenames:
         state = metafunc.config.stash[STATE_KEY]
         profile = state.profile()

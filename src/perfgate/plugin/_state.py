@@ -11,6 +11,7 @@ import pytest
 from perfgate.ab import DEFAULT_ROUNDS, AbOptions, AbSummary, Candidate, parse_args, parse_env, run_ab, variants
 from perfgate.errors import PerfgateError
 from perfgate.plugin._progress import ProgressLine
+from perfgate.plugin._xdist import refuse_on_worker
 from perfgate.profile import Profile, load_profile
 from perfgate.session import RunSummary, Session, SessionOptions
 
@@ -63,6 +64,7 @@ class PluginState:
     def gate_session(self) -> Session:
         if self.session is None:
             cfg = self.config
+            refuse_on_worker(cfg)
             results = self.results_dir()
             log_dir = results if results else Path(cfg.rootpath) / ".perfgate-cache" / "logs"
             options = SessionOptions(
@@ -119,6 +121,7 @@ class PluginState:
         if self._ab_error is not None:
             raise self._ab_error
         if self.ab is None:
+            refuse_on_worker(self.config)
             selected = {
                 item.callspec.params["perf_workload"].name
                 for item in items

@@ -1,10 +1,20 @@
-"""A server process perfgate owns: own session, log file, bounded readiness, whole-tree teardown."""
+"""A server process perfgate owns: own session, log file, bounded readiness, whole-tree teardown.
+
+The server's process group cannot outlive perfgate, even when perfgate is SIGKILLed (by the
+OOM killer, a CI runner, ``kill -9``) and no teardown runs: a watchdog process in the group
+holds the read end of a pipe whose only writer is perfgate, and when the kernel closes it
+(perfgate's death, however it came) kills the whole group, the server's own children
+(SGLang's scheduler and detokenizer) included. The leader also gets PR_SET_PDEATHSIG, so it
+is killed first even if the watchdog was.
+"""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections import deque
@@ -18,6 +28,17 @@ from perfgate.server import _signals
 from perfgate.server._secrets import Redactor
 
 LOG_TAIL_LINES = 50
+
+# prctl(2): the signal the calling process gets when the thread that forked it exits.
+_PR_SET_PDEATHSIG = 1
+# The watchdog: blocks on the pipe until perfgate's end closes, then kills its own group. Its
+# trailing arguments (the server's command, redacted) only name it in ps.
+_WATCHDOG = (
+    "import os, signal, sys\n"
+    "while os.read(int(sys.argv[1]), 4096):\n"
+    "    pass\n"
+    "os.killpg(os.getpgrp(), signal.SIGKILL)\n"
+)
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
@@ -46,6 +67,8 @@ class ServerProcess:
     pids: set[int] = field(default_factory=set)
     # Copies the server's output into the log with secrets redacted (None: it writes the log itself).
     log_pump: threading.Thread | None = None
+    # perfgate's end of the watchdog's pipe: closed, the watchdog kills the server's group.
+    watchdog_fd: int | None = None
     _released: bool = field(default=False, repr=False)
 
     @property
@@ -107,6 +130,9 @@ class ServerProcess:
         if self.popen.poll() is None:
             self.popen.kill()
             self.popen.wait(timeout=10)
+        if self.watchdog_fd is not None:
+            os.close(self.watchdog_fd)
+            self.watchdog_fd = None
         self.flush_log()
         return notes
 
@@ -171,30 +197,75 @@ def launch(
     the server writes the log file directly.
     """
     redactor = redactor or Redactor()
+    shown = redactor.argv(argv)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("ab") as log:
-        try:
-            popen = subprocess.Popen(
-                list(argv),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE if redactor.secrets else log,
-                stderr=subprocess.STDOUT,
-                env=dict(env),
-                cwd=cwd,
-                start_new_session=True,
-            )
-        except OSError as e:
-            raise ServerError(
-                f"cannot start server command {redactor.text(argv[0])!r}: {e} (check [server] python / command)"
-            ) from None
+    # Both ends close on exec (PEP 446): only the watchdog is handed the read end.
+    watch_r, watch_w = os.pipe()
+    # PDEATHSIG fires when the forking *thread* ends: only the main thread lives as long as perfgate.
+    bind = _Binding(watch_r, shown, pdeathsig=threading.current_thread() is threading.main_thread())
+    try:
+        with log_path.open("ab") as log:
+            try:
+                popen = subprocess.Popen(
+                    list(argv),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE if redactor.secrets else log,
+                    stderr=subprocess.STDOUT,
+                    env=dict(env),
+                    cwd=cwd,
+                    start_new_session=True,
+                    preexec_fn=bind,
+                )
+            except (OSError, subprocess.SubprocessError) as e:
+                raise ServerError(
+                    f"cannot start server command {redactor.text(argv[0])!r}: {e} (check [server] python / command)"
+                ) from None
+    except BaseException:
+        # No server: the watchdog, if it started, sees the pipe close and exits with its group.
+        os.close(watch_w)
+        raise
+    finally:
+        os.close(watch_r)
     _signals.acquire()
-    proc = ServerProcess(redactor.argv(argv), popen, log_path, time.monotonic())
+    proc = ServerProcess(shown, popen, log_path, time.monotonic(), watchdog_fd=watch_w)
     if popen.stdout is not None:
         proc.log_pump = threading.Thread(
             target=_pump, args=(popen.stdout, log_path, redactor), name=f"server-log-{popen.pid}", daemon=True
         )
         proc.log_pump.start()
     return proc
+
+
+class _Binding:
+    """Runs in the server's process between fork and exec, after setsid: binds it to perfgate.
+
+    Forks the watchdog there, so that it is in the server's new session and process group (a
+    process outside that session may not join it), and sets the leader's PDEATHSIG.
+    """
+
+    def __init__(self, watch_r: int, shown: list[str], *, pdeathsig: bool) -> None:
+        self.watch_r = watch_r
+        self.argv = [sys.executable, "-c", _WATCHDOG, str(watch_r), "perfgate-watchdog", *shown]
+        self.parent = os.getpid()
+        # Loaded before the fork: the child between fork and exec should not open libraries.
+        self.prctl = ctypes.CDLL(None, use_errno=True).prctl if pdeathsig and sys.platform == "linux" else None
+
+    def __call__(self) -> None:
+        if self.prctl is not None:
+            self.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            # perfgate died before prctl took effect: nobody would ever send the signal.
+            if os.getppid() != self.parent:
+                os._exit(1)
+        if os.fork() == 0:
+            try:
+                os.set_inheritable(self.watch_r, True)
+                null = os.open(os.devnull, os.O_RDWR)
+                # The server's log pipe stays the server's: the watchdog must not hold it open.
+                for fd in (0, 1, 2):
+                    os.dup2(null, fd)
+                os.execv(self.argv[0], self.argv)
+            finally:
+                os._exit(127)
 
 
 def _pump(stream: IO[bytes], log_path: Path, redactor: Redactor) -> None:

@@ -66,7 +66,10 @@ print(json.dumps({
 """
 
 
-def _run_python(python: str, code: str, what: str) -> subprocess.CompletedProcess[str]:
+_SERVER_PYTHON = "set [server] python to the interpreter of SGLang's environment"
+
+
+def _run_python(python: str, code: str, what: str, fix: str = _SERVER_PYTHON) -> subprocess.CompletedProcess[str]:
     try:
         return subprocess.run(
             [python, "-c", code],
@@ -76,16 +79,27 @@ def _run_python(python: str, code: str, what: str) -> subprocess.CompletedProces
             check=False,
         )
     except FileNotFoundError:
-        raise ServerError(
-            f"cannot run the server interpreter {python!r} to {what}: no such file; "
-            "set [server] python to the interpreter of SGLang's environment"
-        ) from None
+        raise ServerError(f"cannot run the server interpreter {python!r} to {what}: no such file; {fix}") from None
     except PermissionError:
-        raise ServerError(f"cannot run the server interpreter {python!r} to {what}: not executable") from None
+        raise ServerError(
+            f"cannot run the server interpreter {python!r} to {what}: not executable (or a directory); {fix}"
+        ) from None
+    except OSError as e:
+        raise ServerError(f"cannot run the server interpreter {python!r} to {what}: {e.strerror}; {fix}") from None
     except subprocess.TimeoutExpired:
         raise ServerError(
             f"the server interpreter {python!r} did not answer within {_PROBE_TIMEOUT_S:.0f} s when asked to {what}"
         ) from None
+
+
+def check_python(python: str, fix: str) -> None:
+    """ServerError (ending with ``fix``) unless ``python`` runs, and runs as a Python interpreter."""
+    proc = _run_python(python, "print('perfgate-python-ok')", "check that it is Python", fix)
+    if proc.returncode != 0 or proc.stdout.strip() != "perfgate-python-ok":
+        said = (proc.stderr.strip() or proc.stdout.strip())[-300:] or "no output"
+        raise ServerError(
+            f"{python!r} is not a Python interpreter: `{python} -c print(...)` exited {proc.returncode} ({said}); {fix}"
+        )
 
 
 def locate_sglang(python: str) -> Path | None:
