@@ -251,7 +251,9 @@ def test_a_gated_server_metric_missing_or_nan_makes_the_run_invalid(tmp_path, va
     gated = SHARED.replace('name = "shared"', 'name = "shared"\nfloors = { server_cache_hit_rate = 0.5 }')
     s = session(tmp_path, gated)
     load = SimpleNamespace(records=[], client=SimpleNamespace(valid=True))
-    rep = RepeatResult(load, SimpleNamespace(values=values, failed=0), None, server_note=note)  # type: ignore[arg-type]
+    # One completed request: a repeat without any is invalid for that reason alone.
+    metrics = SimpleNamespace(values=values, failed=0, completed=1, steady=None)
+    rep = RepeatResult(load, metrics, None, server_note=note)  # type: ignore[arg-type]
     (reason,) = s.invalid_reasons(s.profile.workload("shared"), [rep])
     why = note or "the server's /metrics does not report it"
     assert reason == f"repeat 1: gated server_cache_hit_rate not measured ({why})"
