@@ -18,9 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.baseline import Baseline, BaselineStore, fingerprint_for
+from perfgate.baseline import Baseline, BaselineStore, Fingerprint
 from perfgate.errors import BaselineError
-from perfgate.profile import Workload
 from perfgate.verdict import MetricRule
 from tests.faults.conftest import Gate, Outcome
 
@@ -178,22 +177,12 @@ def test_safe_names_keep_their_file_names(gate: Gate) -> None:
 
 def test_another_profile_sharing_the_folder_is_never_overwritten(tmp_path: Path) -> None:
     # "team prod" and "team_prod" share baselines/team_prod/; only the store can see both.
-    w = Workload(name="c8", num_prompts=8, concurrency=8, input_len=16, output_len=8)
-    fp = fingerprint_for(
-        gpu_model="NVIDIA H200",
-        gpu_count=1,
-        power_limit_w=700.0,
-        driver_version="580.1",
-        engine="sglang",
-        model="/m",
-        server_args=[],
-        workload=w,
-    )
+    fp = Fingerprint("NVIDIA H200", 1, 700, "580", "sglang", "/m", ())
     store, rules = BaselineStore(tmp_path), [MetricRule("output_throughput", "higher", 0.05)]
-    first = store.save(Baseline("team prod", w.name, fp, [{"output_throughput": 1.0}] * 3), rules=rules)
+    first = store.save(Baseline("team prod", "c8", fp, [{"output_throughput": 1.0}] * 3), rules=rules)
     before = first.read_bytes()
     with pytest.raises(BaselineError, match=r"holds profile 'team prod' workload 'c8', whose names share"):
-        store.save(Baseline("team_prod", w.name, fp, [{"output_throughput": 2.0}] * 3), rules=rules)
+        store.save(Baseline("team_prod", "c8", fp, [{"output_throughput": 2.0}] * 3), rules=rules)
     assert first.read_bytes() == before
 
 
