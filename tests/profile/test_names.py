@@ -106,6 +106,19 @@ def test_a_name_is_refused_at_load_or_stored_inside_its_folder_under_a_file_of_i
     assert len({p.name.lower() for p in stored}) == len(stored), stored
 
 
+@given(names)
+@example("team/prod")
+@example("..")
+def test_a_profile_name_is_refused_at_load_or_its_folder_is_one_entry_of_the_store(name: str) -> None:
+    try:
+        profile = parse_profile(f"name = {toml_string(name)}\n" + profile_of("w"), Path("names.toml"))
+    except ProfileError as e:
+        assert "top level key 'name'" in str(e) or "not valid TOML" in str(e), str(e)
+        return
+    path = BaselineStore(Path("/store")).path_for(profile.name, "w", FP)
+    assert path.parent.parent == Path("/store") and STEM.fullmatch(path.parent.name), path
+
+
 @given(st.text(st.characters(codec="ascii", categories=["L", "N"]), min_size=1, max_size=20), st.sampled_from("-._"))
 def test_a_safe_ascii_name_is_its_own_file_name(word: str, joiner: str) -> None:
     from perfgate._names import file_stem
