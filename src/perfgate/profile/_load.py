@@ -365,12 +365,12 @@ def _check_name(ctx: _Ctx, where: str, key: str, name: str, derived: str = "") -
 
 def _check_collisions(ctx: _Ctx, where_of: Mapping[str, str]) -> None:
     """Two names of one profile must not share a file, on any file system, nor look alike."""
-    seen: dict[str, str] = {}
+    seen: dict[tuple[int, str], str] = {}
     for name, where in where_of.items():
         stored_as, read_as = collision_keys(name)
         for key, how in (
-            (stored_as, f"would share the file name {file_stem(name)!r} (case is ignored on macOS)"),
-            (read_as, "differ only in case or Unicode normalisation (NFC vs NFD) and read alike"),
+            ((0, stored_as), f"would share the file name {file_stem(name)!r} (case is ignored on macOS)"),
+            ((1, read_as), "differ only in case or Unicode normalisation (NFC vs NFD) and read alike"),
         ):
             other = seen.setdefault(key, name)
             if other != name:
