@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from perfgate._files import NotAFileError, read_text
 from perfgate.ab import DEFAULT_ROUNDS, AbOptions, Candidate, parse_args, parse_env, run_ab
 from perfgate.baseline import BaselineStore, diff, read_baseline
 from perfgate.errors import PerfgateError
@@ -39,6 +40,9 @@ EXIT_BROKEN_PIPE = 128 + 13
 def _baselines(args: argparse.Namespace) -> int:
     store = BaselineStore(Path(args.dir))
     if args.action == "list":
+        if not Path(args.dir).is_dir():
+            what = "does not exist" if not Path(args.dir).exists() else "is not a directory"
+            raise PerfgateError(f"--dir {args.dir}: {what}; pass the baselines folder, e.g. --dir baselines")
         found, errors = store.list_all()
         if not found and not errors:
             print(f"no baselines under {args.dir}")
@@ -55,6 +59,11 @@ def _baselines(args: argparse.Namespace) -> int:
         )
     docs = []
     for p in paths:
+        if p.is_dir():
+            raise PerfgateError(
+                f"baseline {p}: is a folder; pass baseline files (e.g. {p / '*.json'}), or list the stored ones "
+                f"with `perfgate baselines list --dir {p}`"
+            )
         doc = read_baseline(p)
         if doc is None:
             raise PerfgateError(f"baseline {p}: file not found; `perfgate baselines list` shows the stored ones")
@@ -79,11 +88,13 @@ def _baselines(args: argparse.Namespace) -> int:
 
 def _load_results(path: Path) -> dict[str, Any]:
     try:
-        doc = json.loads(path.read_text())
+        doc = json.loads(read_text(path))
     except FileNotFoundError:
         raise PerfgateError(
             f"results {path}: file not found; write results with `pytest perf_tests --perf-results DIR`"
         ) from None
+    except NotAFileError as e:
+        raise PerfgateError(f"results {path}: {e}; pass a results-*.json file that --perf-results wrote") from None
     except (OSError, ValueError) as e:
         raise PerfgateError(f"results {path}: not a perfgate results JSON file ({e})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("workloads"), list):

@@ -139,11 +139,6 @@ def _slugify(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
-def safe_name(text: str) -> str:
-    """A profile or workload name made safe for a file name, still readable."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "_"
-
-
 def driver_major(version: str) -> str:
     """ "580.105.08" -> "580"; "" stays "" (no driver, e.g. the simulator)."""
     return version.strip().split(".", 1)[0]

@@ -1,8 +1,11 @@
 """Baselines on disk: one JSON file per (profile, workload, fingerprint).
 
-Layout: ``<root>/<profile>/<workload>--<count>x<gpu>-<limit>W--<digest>.json``. The file name
-is for people; the fingerprint inside the file is the truth, so lookups read the workload's
-files and compare fingerprints (a renamed or migrated file is still found).
+Layout: ``<root>/<profile>/<workload>--<count>x<gpu>-<limit>W--<digest>.json``, the names as
+``perfgate._names.file_stem`` spells them. The file name is for people; the fingerprint inside
+the file is the truth, so lookups read the workload's files and compare fingerprints (a renamed
+or migrated file is still found). Only regular files are read; a symbolic link is followed
+when its target lies inside the root (a link leading out of it is reported as unusable: a
+baseline must be reviewable where it is stored).
 
 Writes go to a temporary file in the same directory, are fsynced, then ``os.replace``d over
 the target, all under a ``filelock.FileLock`` per (profile, workload): readers never see a
@@ -12,6 +15,7 @@ partial file and concurrent writers never lose a file.
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import tempfile
@@ -22,8 +26,10 @@ from pathlib import Path
 
 import filelock
 
+from perfgate._files import NotAFileError, read_text
+from perfgate._names import file_stem, path_in
 from perfgate.baseline._document import FIX_HINT, Baseline, NewerSchemaError, check_repeats, gated_problems
-from perfgate.baseline._fingerprint import Fingerprint, safe_name
+from perfgate.baseline._fingerprint import Fingerprint
 from perfgate.errors import BaselineError
 from perfgate.verdict import MetricRule, judge
 
@@ -52,13 +58,13 @@ class BaselineStore:
         one fingerprint (which one is the accepted baseline is for a person to say) and a
         directory that cannot be written.
         """
-        folder = self.root / safe_name(profile)
+        folder = self._folder(profile)
         corrupt: list[BaselineError] = []
         newer: list[BaselineError] = []
         readable: list[Baseline] = []
         for path in sorted(folder.glob("*.json")):
             try:
-                b = read_baseline(path)
+                b = self._read(path)
             except NewerSchemaError as e:
                 newer.append(e)
                 continue
@@ -85,20 +91,33 @@ class BaselineStore:
             _check_writable(folder)
         return [f"{e} (skipped; moved aside when this workload is recorded)" for e in corrupt]
 
+    def _folder(self, profile: str) -> Path:
+        return path_in(self.root, file_stem(profile))
+
     def path_for(self, profile: str, workload: str, fingerprint: Fingerprint) -> Path:
-        name = f"{safe_name(workload)}--{fingerprint.slug}--{fingerprint.digest}.json"
-        return self.root / safe_name(profile) / name
+        name = f"{file_stem(workload)}--{fingerprint.slug}--{fingerprint.digest}.json"
+        return path_in(self._folder(profile), name)
 
     def _workload_files(self, profile: str, workload: str) -> list[Path]:
-        folder = self.root / safe_name(profile)
-        return sorted(folder.glob(f"{safe_name(workload)}--*.json"))
+        return sorted(self._folder(profile).glob(f"{glob.escape(file_stem(workload))}--*.json"))
+
+    def _read(self, path: Path) -> Baseline | None:
+        """``read_baseline``, refusing a symbolic link that leads out of the root."""
+        if path.is_symlink():
+            target = path.resolve()
+            if not target.is_relative_to(self.root.resolve()):
+                raise BaselineError(
+                    f"baseline {path}: a symbolic link to {target}, outside the baselines folder {self.root}; "
+                    "replace the link by the file itself (a baseline is only read from inside its folder)"
+                )
+        return read_baseline(path)
 
     def _workload_baselines(self, profile: str, workload: str) -> list[Baseline]:
         found = []
         for path in self._workload_files(profile, workload):
             if path in self._quarantined:
                 continue
-            b = read_baseline(path)
+            b = self._read(path)
             if b is not None and b.profile == profile and b.workload == workload:
                 found.append(b)
         return found
@@ -129,7 +148,7 @@ class BaselineStore:
         errors: list[BaselineError] = []
         for path in sorted(self.root.glob("*/*.json")):
             try:
-                b = read_baseline(path)
+                b = self._read(path)
             except BaselineError as e:
                 errors.append(e)
                 continue
@@ -138,8 +157,8 @@ class BaselineStore:
         return found, errors
 
     def _lock(self, profile: str, workload: str) -> filelock.FileLock:
-        folder = self.root / safe_name(profile)
-        return filelock.FileLock(str(folder / f".{safe_name(workload)}.lock"), timeout=LOCK_TIMEOUT_S)
+        lock = path_in(self._folder(profile), f".{file_stem(workload)}.lock")
+        return filelock.FileLock(str(lock), timeout=LOCK_TIMEOUT_S)
 
     def save(
         self,
@@ -181,6 +200,8 @@ class BaselineStore:
             with lock:
                 self._move_aside(baseline.profile, baseline.workload)
                 current = self.load(baseline.profile, baseline.workload, baseline.fingerprint)
+                if current is None:
+                    _refuse_foreign(path, baseline)
                 provenance = dict(baseline.provenance)
                 if current is not None:
                     regressions = _regressions(baseline, current, rules, alpha)
@@ -248,6 +269,21 @@ def _duplicates(baselines: Sequence[Baseline]) -> list[BaselineError]:
     ]
 
 
+def _refuse_foreign(path: Path, baseline: Baseline) -> None:
+    """Refuse to overwrite the baseline of another profile or workload whose names share the
+    file name (``team prod`` and ``team_prod``: one profile cannot see the other's names)."""
+    try:
+        other = read_baseline(path)
+    except BaselineError:
+        return  # an unusable file of this name is this workload's to move aside or replace
+    if other is not None and (other.profile, other.workload) != (baseline.profile, baseline.workload):
+        raise BaselineError(
+            f"baseline {path}: holds profile {other.profile!r} workload {other.workload!r}, whose names share "
+            f"this file name with profile {baseline.profile!r} workload {baseline.workload!r}; refusing to "
+            'overwrite it: rename one of them (name = "...")'
+        )
+
+
 def _check_writable(folder: Path) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -270,9 +306,14 @@ def _regressions(new: Baseline, old: Baseline, rules: Sequence[MetricRule], alph
 def read_baseline(path: Path) -> Baseline | None:
     """Parse one baseline file; None if it vanished; BaselineError if it is unusable."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)
     except FileNotFoundError:
         return None
+    except NotAFileError as e:
+        raise BaselineError(
+            f"baseline {path}: cannot be read, {e}; only regular *.json files are baselines: move it out of "
+            "the baselines folder"
+        ) from None
     except (OSError, UnicodeDecodeError) as e:
         raise BaselineError(f"baseline {path}: cannot be read ({e}); {FIX_HINT}") from None
     try:

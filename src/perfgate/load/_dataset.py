@@ -23,8 +23,8 @@ import zlib
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
+from perfgate._files import read_bytes
 from perfgate.errors import LoadError
 from perfgate.profile import LengthDist, Workload
 
@@ -222,7 +222,7 @@ def _read_sharegpt(
     two (bench_serving's rule), tokenized once; and the file's sha256. ``_stamp`` (mtime, size)
     makes an edited file read again."""
     try:
-        raw = Path(path).read_bytes()
+        raw = read_bytes(path)
     except OSError as e:
         raise LoadError(
             f"dataset_path {path}: cannot be read ({e.strerror or e}); point dataset_path at a local ShareGPT JSON file"

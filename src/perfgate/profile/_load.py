@@ -17,6 +17,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, get_args
 
+from perfgate._files import NotAFileError, read_text
+from perfgate._names import collision_keys, file_stem, name_problem
 from perfgate.errors import ProfileError
 from perfgate.profile._keys import Bad, Check, checks, required
 from perfgate.profile._model import (
@@ -289,11 +291,13 @@ def parse_profile(text: str, path: Path) -> Profile:
         )
     workloads: list[Workload] = []
     sweeps: list[Sweep] = []
+    where_of: dict[str, str] = {}
     for i, w in enumerate(workloads_raw, start=1):
         where = f"[[workload]] #{i}"
         if not isinstance(w, dict):
             raise ctx.fail(where, None, "expected a table")
         if isinstance(w.get("name"), str):
+            _check_name(ctx, where, "name", w["name"])
             where += f" ({w['name']})"
         fields = ctx.take(where, w, Workload)
         for key in required(Workload):
@@ -304,6 +308,7 @@ def parse_profile(text: str, path: Path) -> Profile:
         workloads += points
         if sweep is not None:
             sweeps.append(sweep)
+        where_of.update(dict.fromkeys([p.name for p in points] + ([sweep.name] if sweep else []), where))
     if gate.max_repeats is not None:
         for w in workloads:
             repeats = w.repeats if w.repeats is not None else gate.repeats
@@ -331,10 +336,17 @@ def parse_profile(text: str, path: Path) -> Profile:
             f"{taken[0]!r} names both a sweep and a workload; sweeps and workloads share one namespace (baselines, "
             "test ids)",
         )
+    # Derived names (c16-in32-out16, sweep points name@c16) are checked here, given ones also above.
+    for name, where in where_of.items():
+        _check_name(ctx, where, "name", name)
+    _check_collisions(ctx, where_of)
+    profile_name = raw.get("name") or path.stem
+    derived = "" if raw.get("name") else f"taken from the file name {path.name!r}, "
+    _check_name(ctx, "top level", "name", profile_name, derived=derived)
 
     return Profile(
         path=path,
-        name=raw.get("name") or path.stem,
+        name=profile_name,
         description=raw.get("description", ""),
         server=server,
         telemetry=telemetry,
@@ -342,6 +354,39 @@ def parse_profile(text: str, path: Path) -> Profile:
         gate=gate,
         sweeps=tuple(sweeps),
     )
+
+
+_NAME_ADVICE = (
+    'use letters of any script, digits, ".", "_", "-" (e.g. name = "chat-c64"); names become file names '
+    "of baselines, results and plots"
+)
+
+
+def _check_name(ctx: _Ctx, where: str, key: str, name: str, derived: str = "") -> None:
+    """Refuse a name that cannot become a file name as it is (see perfgate._names)."""
+    problem = name_problem(name)
+    if problem is not None:
+        set_it = 'set name = "..." at the top level; ' if derived else ""
+        raise ctx.fail(where, key, f"{name!r} {derived}{problem}; {set_it}{_NAME_ADVICE}")
+
+
+def _check_collisions(ctx: _Ctx, where_of: Mapping[str, str]) -> None:
+    """Two names of one profile must not share a file, on any file system, nor look alike."""
+    seen: dict[tuple[int, str], str] = {}
+    for name, where in where_of.items():
+        stored_as, read_as = collision_keys(name)
+        for key, how in (
+            ((0, stored_as), f"would share the file name {file_stem(name)!r} (case is ignored on macOS)"),
+            ((1, read_as), "differ only in case or Unicode normalisation (NFC vs NFD) and read alike"),
+        ):
+            other = seen.setdefault(key, name)
+            if other != name:
+                raise ctx.fail(
+                    where,
+                    "name",
+                    f"{name!r} and {other!r} (at {where_of[other]}) {how}; rename one of them "
+                    "(sweeps and workloads share one namespace)",
+                )
 
 
 def _check_server(ctx: _Ctx, server: ServerSpec) -> None:
@@ -391,11 +436,13 @@ def load_profile(path: str | Path) -> Profile:
     """Read and validate a profile file; every problem raises ProfileError naming the file."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_text(p)
     except FileNotFoundError:
         raise ProfileError(
             f"profile {p}: file not found; pass an existing profile with --perf-profile (see profiles/)"
         ) from None
+    except NotAFileError as e:
+        raise ProfileError(f"profile {p}: {e}; pass a profile TOML file with --perf-profile (see profiles/)") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ProfileError(f"profile {p}: cannot be read: {e}") from None
     return parse_profile(text, p)

@@ -182,7 +182,8 @@ class Workload:
 
     name: str = key(
         nonempty_string,
-        "test id and baseline file name",
+        "test id and baseline file name: no `/`, `\\`, `..`, control characters or more than 120 UTF-8 bytes, "
+        "and no two names of a profile that differ only in case, Unicode normal form or sanitising (`a b` / `a_b`)",
         shown_default="`c{concurrency}-in{input_len}-out{output_len}[-r{request_rate}]`; other datasets and "
         'sweeps: see "Production-like workloads"',
     )

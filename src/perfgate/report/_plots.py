@@ -15,6 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from perfgate._names import file_stem, path_in
+
 _STEADY = {"color": "tab:green", "alpha": 0.12}
 _BASELINE = {"color": "black", "ls": "--", "lw": 1.0}
 
@@ -57,7 +59,7 @@ def write_plots(doc: dict[str, Any], out_dir: Path) -> list[Path]:
     for wl in doc["workloads"]:
         if not wl["repeats"]:
             continue
-        written.append(_save(plt, _figure(plt, wl), out_dir / f"{wl['workload']}.png", dpi=110))
+        written.append(_save(plt, _figure(plt, wl), path_in(out_dir, f"{file_stem(wl['workload'])}.png"), dpi=110))
     for sweep in doc.get("sweeps", []):
         if sweep["points"]:
             written.append(_sweep_plot(plt, sweep, out_dir))
@@ -166,7 +168,7 @@ def write_ab_plots(doc: dict[str, Any], out_dir: Path) -> list[Path]:
             axr.set_title(f"{m['metric']}: {m['status'].upper()}", fontsize=9)
             axr.legend(fontsize=6, loc="best")
         axes[0][0].set_title(f"{wl['workload']}: A and B per round (round, order)", fontsize=9)
-        written.append(_save(plt, fig, out_dir / f"ab-{wl['workload']}.png", dpi=100))
+        written.append(_save(plt, fig, path_in(out_dir, f"ab-{file_stem(wl['workload'])}.png"), dpi=100))
     return written
 
 
@@ -236,4 +238,4 @@ def _sweep_plot(plt: Any, sweep: dict[str, Any], out_dir: Path) -> Path:
     axl.set_xlabel(sweep["axis"])
     axl.legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    return _save(plt, fig, out_dir / f"{sweep['sweep']}-capacity.png", dpi=110)
+    return _save(plt, fig, path_in(out_dir, f"{file_stem(sweep['sweep'])}-capacity.png"), dpi=110)

@@ -9,6 +9,7 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
+from perfgate._names import file_stem, path_in
 from perfgate.load import RequestRecord
 from perfgate.report._table import render_markdown, rows
 from perfgate.session import RepeatResult, RunSummary, SweepResult, WorkloadResult, window_json
@@ -194,7 +195,7 @@ def write_documents(
     ``out_dir`` (created), append ``md`` to ``step_summary`` when given; return both paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    path = out_dir / f"{name}-{stamp}.json"
+    path = path_in(out_dir, f"{file_stem(name)}-{stamp}.json")
     tmp = path.with_suffix(".tmp")
     with tmp.open("w", encoding="utf-8") as f:
         # iterencode writes as it goes; json.dumps would first build the whole text.
@@ -202,7 +203,7 @@ def write_documents(
             f.write(piece)
         f.write("\n")
     tmp.replace(path)
-    (out_dir / md_name).write_text(md)
+    path_in(out_dir, md_name).write_text(md)
     if step_summary:
         with open(step_summary, "a", encoding="utf-8") as f:
             f.write(md)
