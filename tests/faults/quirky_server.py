@@ -18,6 +18,11 @@ under any interpreter. It serves ``/health``, ``/health_generate``, ``/v1/models
 --close-delimited  streams without chunked encoding or a Content-Length: the body ends when
                    the server closes the connection
 --gzip-header      says "Content-Encoding: gzip" (without compressing)
+--echo-auth WHERE  quotes the request's Authorization header back: "401" answers every
+                   /generate with a 401 page quoting it, "500" answers every 4th /generate with
+                   a 500 quoting it, "info" serves it in /server_info (under an innocent key)
+                   and prints it to stdout (the server log); repeatable
+--echo-form FORM   how it is quoted: "raw", "url" (percent-encoded) or "base64"
 -t/--threads N     accepted and ignored: a short and a long spelling of one option
 """
 
@@ -25,7 +30,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
+import urllib.parse
 
 
 def parse_args() -> argparse.Namespace:
@@ -44,18 +51,24 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--crlf", action="store_true")
     p.add_argument("--close-delimited", action="store_true")
     p.add_argument("--gzip-header", action="store_true")
+    p.add_argument("--echo-auth", action="append", choices=("401", "500", "info"), default=[])
+    p.add_argument("--echo-form", choices=("raw", "url", "base64"), default="raw")
     return p.parse_args()
 
 
 ARGS = parse_args()
+# /generate requests seen so far (one event loop: no lock needed).
+GENERATED = [0]
 
 
-async def read_request(reader: asyncio.StreamReader) -> tuple[str, str, bytes] | None:
+async def read_request(reader: asyncio.StreamReader) -> tuple[str, str, bytes, str] | None:
+    """(method, path, body, the Authorization header as the server would quote it back)."""
     line = await reader.readline()
     if not line:
         return None
     method, path, _ = line.decode().split(" ", 2)
     length = 0
+    auth = ""
     while True:
         header = await reader.readline()
         if header in (b"\r\n", b"\n", b""):
@@ -63,8 +76,18 @@ async def read_request(reader: asyncio.StreamReader) -> tuple[str, str, bytes] |
         name, _, value = header.decode().partition(":")
         if name.strip().lower() == "content-length":
             length = int(value.strip())
+        if name.strip().lower() == "authorization":
+            auth = quoted(value.strip())
     body = await reader.readexactly(length) if length else b""
-    return method, path, body
+    return method, path, body, auth
+
+
+def quoted(value: str) -> str:
+    if ARGS.echo_form == "url":
+        return urllib.parse.quote(value, safe="")
+    if ARGS.echo_form == "base64":
+        return base64.b64encode(value.encode()).decode()
+    return value
 
 
 def head(status: str, content_type: str, extra: str = "") -> bytes:
@@ -131,14 +154,24 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
                 # Close without answering: the client had every reason to reuse this connection.
                 writer.transport.abort()
                 return
-            method, path, body = request
+            method, path, body, auth = request
+            generated = path == "/generate" and method == "POST"
+            if generated:
+                GENERATED[0] += 1
             if path in ("/health", "/health_generate"):
                 await send_json(writer, "200 OK", {})
+            elif path == "/server_info" and "info" in ARGS.echo_auth:
+                print(f"request headers: Authorization: {auth}", flush=True)
+                await send_json(writer, "200 OK", {"version": "9.9.9-quirky", "last_request_header": auth})
+            elif generated and "401" in ARGS.echo_auth:
+                await send_json(writer, "401 Unauthorized", {"detail": f"invalid credentials in header: {auth}"})
+            elif generated and "500" in ARGS.echo_auth and GENERATED[0] % 4 == 0:
+                await send_json(writer, "500 Internal Server Error", {"error": f"upstream said no to {auth}"})
             elif path == "/v1/models":
                 await send_json(writer, "200 OK", {"object": "list", "data": [{"id": "quirky"}]})
             elif path == "/version":
                 await send_json(writer, "200 OK", {"version": "9.9.9-quirky"})
-            elif path == "/generate" and method == "POST":
+            elif generated:
                 await generate(writer, body)
             else:
                 await send_json(writer, "404 Not Found", {"detail": "Not Found"})

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 from types import TracebackType
 
+from perfgate._redact import SECRETS
 from perfgate.errors import LoadError
 from perfgate.load._backends import StreamState
 from perfgate.load._dataset import RequestSpec
@@ -143,9 +144,7 @@ class Streamer:
         except HTTPFailure as e:
             raise LoadError(f"POST {url} failed: {e}; {fix}") from None
         if resp.status != 200:
-            raise LoadError(
-                f"POST {url} answered HTTP {resp.status}: {resp.body[:200].decode(errors='replace')}; {fix}"
-            )
+            raise LoadError(f"POST {url} answered HTTP {resp.status}: {_quoted(resp.body, 200)}; {fix}")
 
     async def one(self, index: int, spec: RequestSpec, max_tokens: int) -> RequestRecord:
         """Send ``spec`` asking for ``max_tokens`` tokens and read its stream to the end."""
@@ -160,8 +159,7 @@ class Streamer:
         try:
             resp = await self._send(body, rec, events.data)
             if resp.status != 200:
-                text = resp.body[:300].decode(errors="replace").strip()
-                state.error = f"HTTP {resp.status} from {plan.backend.path}: {text}"
+                state.error = f"HTTP {resp.status} from {plan.backend.path}: {_quoted(resp.body, 300)}"
             elif not events.finished:
                 events.end(resp.end_s)
         except HTTPFailure as e:
@@ -230,3 +228,10 @@ class Streamer:
                 f"(finish_reason {state.finish_reason!r})"
             )
         return ""
+
+
+def _quoted(body: bytes, limit: int) -> str:
+    """The start of a server's answer for a message, redacted before it is cut, so that no part
+    of a secret the server echoed back (a 401 page quoting the Authorization header) is shown."""
+    # A little more than shown is redacted: enough for any key that starts inside the limit.
+    return SECRETS.text(body[: limit + 4096].decode(errors="replace")).strip()[:limit]
