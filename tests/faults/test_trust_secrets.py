@@ -82,7 +82,8 @@ def test_a_launched_server_quoting_the_key_in_a_401_leaks_it_nowhere(gate: Gate,
 
 def test_an_attached_server_echoing_the_key_mid_run_leaks_it_nowhere(gate: Gate, quirky) -> None:
     server, env = _secrets(gate)
-    target = quirky("--echo-auth", "500", "--echo-auth", "info")
+    # A few ms per token, as quirky_command has: a zero-latency server saturates the client.
+    target = quirky("--echo-auth", "500", "--echo-auth", "info", "--token-delay-s", "0.002")
     outcome = gate.run(
         f"--perf-results={gate.results}",
         f"--junitxml={gate.results / 'junit.xml'}",
