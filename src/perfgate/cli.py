@@ -7,7 +7,8 @@
                 [--rounds N] [-k EXPR] ...
 
 Exit status: 0 fine, 1 a regression, 2 bad input or a comparison that could not decide
-(nothing in common, a metric missing on one side, an inconclusive verdict, a run that stopped);
+(nothing in common, a metric missing on one side, an inconclusive verdict, a run that stopped,
+an A/B whose results files could not all be written);
 ``perfgate ab`` stopped by a signal: 128 + its number, after the servers were stopped.
 """
 
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate._files import NotAFileError, read_text
+from perfgate._redact import RedactingStream
 from perfgate.ab import DEFAULT_ROUNDS, AbOptions, Candidate, parse_args, parse_env, run_ab
 from perfgate.baseline import BaselineStore, diff, read_baseline
 from perfgate.errors import PerfgateError
@@ -265,10 +267,17 @@ def _ab(args: argparse.Namespace) -> int:
     summary = run_ab(profile, candidate, options, on_event=lambda line: print(f"[ab] {line}", flush=True))
     print()
     print("\n".join(report_lines(summary)))
+    code = _AB_EXIT[summary.outcome]
     if results is not None:
-        for path in write_ab_results(summary, results, step_summary=os.environ.get("GITHUB_STEP_SUMMARY")):
+        artefacts = write_ab_results(summary, results, step_summary=os.environ.get("GITHUB_STEP_SUMMARY"))
+        for path in artefacts.written:
             print(f"wrote {path}")
-    return _AB_EXIT[summary.outcome]
+        for line in artefacts.failed:
+            print(f"perfgate: {line}", file=sys.stderr)
+        if artefacts.failed:
+            # The verdict stands (it was printed); the results a CI step keeps are incomplete.
+            code = code or EXIT_ERROR
+    return code
 
 
 def _whole(low: int) -> Callable[[str], int]:
@@ -425,6 +434,17 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # Everything the commands print passes the run's secrets' redaction (a server's answer
+    # quoted in an error, a candidate's env in the A/B report).
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = RedactingStream(out), RedactingStream(err)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+
+def _main(argv: list[str]) -> int:
     try:
         if argv[:1] == ["doctor"]:
             # doctor owns its options (--json, --python, ...); argparse would claim them here.

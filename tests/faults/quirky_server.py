@@ -26,6 +26,11 @@ under any interpreter. It serves ``/health``, ``/health_generate``, ``/v1/models
 --close-delimited  streams without chunked encoding or a Content-Length: the body ends when
                    the server closes the connection
 --gzip-header      says "Content-Encoding: gzip" (without compressing)
+--echo-auth WHERE  quotes the request's Authorization header back: "401" answers every
+                   /generate with a 401 page quoting it, "500" answers every 4th /generate with
+                   a 500 quoting it, "info" serves it in /server_info (under an innocent key)
+                   and prints it to stdout (the server log); repeatable
+--echo-form FORM   how it is quoted: "raw", "url" (percent-encoded) or "base64"
 -t/--threads N     accepted and ignored: a short and a long spelling of one option
 --count-factor F   reports F x the tokens it streamed as completion_tokens (a miscounting server)
 --extra-tokens N   streams N tokens beyond max_new_tokens, counting them
@@ -37,7 +42,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
+import urllib.parse
 
 # --endless: what is sent before the trickle, and the trickle's unit.
 _SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -81,13 +88,18 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--count-factor", type=float, default=1.0)
     p.add_argument("--extra-tokens", type=int, default=0)
     p.add_argument("--prompt-tokens-offset", type=int, default=None)
+    p.add_argument("--echo-auth", action="append", choices=("401", "500", "info"), default=[])
+    p.add_argument("--echo-form", choices=("raw", "url", "base64"), default="raw")
     return p.parse_args()
 
 
 ARGS = parse_args()
+# /generate requests seen so far (one event loop: no lock needed).
+GENERATED = [0]
 
 
 async def read_request(reader: asyncio.StreamReader) -> tuple[str, str, bytes, dict[str, str]] | None:
+    """(method, path, body, headers by lower-case name)."""
     line = await reader.readline()
     if not line:
         return None
@@ -118,6 +130,14 @@ async def html_200(writer: asyncio.StreamWriter, headers: dict[str, str]) -> Non
     body = (page + "</body></html>\n").encode()
     writer.write(head("200 OK", "text/html; charset=utf-8", f"Content-Length: {len(body)}\r\n\r\n") + body)
     await writer.drain()
+
+
+def quoted(value: str) -> str:
+    if ARGS.echo_form == "url":
+        return urllib.parse.quote(value, safe="")
+    if ARGS.echo_form == "base64":
+        return base64.b64encode(value.encode()).decode()
+    return value
 
 
 def head(status: str, content_type: str, extra: str = "") -> bytes:
@@ -188,17 +208,28 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
                 writer.transport.abort()
                 return
             method, path, body, headers = request
+            auth = quoted(headers.get("authorization", ""))
+            generated = path == "/generate" and method == "POST"
+            if generated:
+                GENERATED[0] += 1
             if path in ("/health", "/health_generate"):
                 await send_json(writer, "200 OK", {})
+            elif path == "/server_info" and "info" in ARGS.echo_auth:
+                print(f"request headers: Authorization: {auth}", flush=True)
+                await send_json(writer, "200 OK", {"version": "9.9.9-quirky", "last_request_header": auth})
+            elif generated and "401" in ARGS.echo_auth:
+                await send_json(writer, "401 Unauthorized", {"detail": f"invalid credentials in header: {auth}"})
+            elif generated and "500" in ARGS.echo_auth and GENERATED[0] % 4 == 0:
+                await send_json(writer, "500 Internal Server Error", {"error": f"upstream said no to {auth}"})
             elif path == "/v1/models":
                 await send_json(writer, "200 OK", {"object": "list", "data": [{"id": "quirky"}]})
             elif path == "/version":
                 await send_json(writer, "200 OK", {"version": "9.9.9-quirky"})
-            elif path == "/generate" and method == "POST" and ARGS.endless:
+            elif generated and ARGS.endless:
                 await endless(writer)
-            elif path == "/generate" and method == "POST" and ARGS.html_200:
+            elif generated and ARGS.html_200:
                 await html_200(writer, headers)
-            elif path == "/generate" and method == "POST":
+            elif generated:
                 await generate(writer, body)
             else:
                 await send_json(writer, "404 Not Found", {"detail": "Not Found"})

@@ -291,14 +291,15 @@ def test_results_files_and_compare_exit_code(gate, tmp_path, monkeypatch):
     rep = wl["repeats"][0]
     assert len(rep["requests"]) == 32 and rep["requests"][0]["chunk_offsets_s"]
     assert rep["timeline"]["in_flight"] and rep["telemetry"]["window"]["gpus"]
-    summary = (fast / "summary.md").read_text()
+    # The run's other files are in the folder named like its JSON.
+    summary = (a.with_suffix("") / "summary.md").read_text()
     assert re.search(
         r"^\| c16-in32-out16 \| output_throughput \| [\d,.]+ tok/s \| - \| - \| - \| no-baseline \|$",
         summary,
         re.MULTILINE,
     )
     # With matplotlib (the plots extra, installed for tests) each workload gets a PNG.
-    png = fast / "c16-in32-out16.png"
+    png = a.with_suffix("") / "c16-in32-out16.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     assert perfgate_main(["compare", str(a), str(a)]) == 0
     assert perfgate_main(["compare", str(a), str(b)]) == 1

@@ -150,10 +150,11 @@ def test_a_sweep_finds_its_capacity_and_the_gate_catches_a_slowdown_through_it(g
     out = recorded.stdout.str()
     assert recorded.ret == 0, out + recorded.stderr.str()
     assert re.search(r"cap +capacity \(concurrency, p90\) +32\.00 +\(none\) +- +recorded", out), out
-    doc = json.loads(next((tmp_path / "rec").glob("results-*.json")).read_text())
+    (path,) = (tmp_path / "rec").glob("results-*.json")
+    doc = json.loads(path.read_text())
     (sweep,) = doc["sweeps"]
     assert sweep["capacities"] == [32, 32, 32] and [p["load"] for p in sweep["points"]] == [16, 32, 64, 128]
-    assert (tmp_path / "rec" / "cap-capacity.png").stat().st_size > 10_000
+    assert (path.with_suffix("") / "cap-capacity.png").stat().st_size > 10_000
     baselines = sorted(p.name.split("--")[0] for p in (tmp_path / "baselines" / "production").glob("*.json"))
     assert baselines == ["cap", "cap_c128", "cap_c16", "cap_c32", "cap_c64"]
 

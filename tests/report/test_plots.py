@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from perfgate._files import Artefacts
 from perfgate.report._plots import _baseline_values, write_plots
 
 pytest.importorskip("matplotlib")
@@ -55,9 +56,16 @@ def test_baseline_values_prefer_the_judged_baseline_over_the_previous_one() -> N
     assert _baseline_values(wl) == {"mean_tpot_ms": 30.0, "output_throughput": 200.0}
 
 
+def _plots(doc: dict, out_dir: Path) -> list[Path]:
+    out = Artefacts()
+    write_plots(doc, out_dir, out)
+    assert out.failed == []
+    return out.written
+
+
 @pytest.mark.parametrize(("power", "baseline"), [(True, 180.0), (False, None)])
 def test_one_png_per_workload_that_ran(tmp_path: Path, power: bool, baseline: float | None) -> None:
-    (png,) = write_plots(_doc(power=power, baseline=baseline), tmp_path)
+    (png,) = _plots(_doc(power=power, baseline=baseline), tmp_path)
     assert png == tmp_path / "c8.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
@@ -89,6 +97,6 @@ def _sweep(capacity: float, baseline: float | None) -> dict:
 def test_one_png_per_sweep_with_the_curve_against_the_baselines(
     tmp_path: Path, capacity: float, baseline: float | None
 ) -> None:
-    (png,) = write_plots({"workloads": [], "sweeps": [_sweep(capacity, baseline)]}, tmp_path)
+    (png,) = _plots({"workloads": [], "sweeps": [_sweep(capacity, baseline)]}, tmp_path)
     assert png == tmp_path / "cap-capacity.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000

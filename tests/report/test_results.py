@@ -55,7 +55,7 @@ def _peak_while_writing(summary: RunSummary, out: Path) -> int:
 
 def test_every_request_is_in_the_file_as_a_list_of_objects(tmp_path):
     summary = _summary(50)
-    (path, *_) = write_results(summary, tmp_path)
+    (path, *_) = write_results(summary, tmp_path).written
     doc = json.loads(path.read_text())
     requests = doc["workloads"][0]["repeats"][0]["requests"]
     assert len(requests) == 50 and requests[3]["start_s"] == summary.workloads[0].repeats[0].load.records[3].start_s

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from perfgate._redact import SECRETS
 from perfgate.errors import PerfgateError
 from perfgate.profile import Profile
 
@@ -54,11 +55,15 @@ def parse_env(items: Iterable[str], option: str = "--candidate-env") -> dict[str
     for item in items:
         name, eq, value = item.partition("=")
         if not eq or not _ENV_NAME.match(name):
+            # The value is not shown: it may be a token.
+            shown = f"{name}=..." if eq else name
             raise PerfgateError(
-                f"{option} {item!r}: expected NAME=VALUE with NAME a variable name, e.g. {option} "
+                f"{option} {shown!r}: expected NAME=VALUE with NAME a variable name, e.g. {option} "
                 "PERFGATE_SIM_SLOWDOWN=1.05"
             )
         env[name] = value
+    # Known before anything boots or prints: B's env is shown in the report and its server's log.
+    SECRETS.add_env(env)
     return env
 
 

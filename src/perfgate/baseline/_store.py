@@ -26,7 +26,7 @@ from pathlib import Path
 
 import filelock
 
-from perfgate._files import NotAFileError, read_text
+from perfgate._files import NotAFileError, WriteFailed, publish, read_text
 from perfgate._names import file_stem, path_in
 from perfgate.baseline._document import FIX_HINT, Baseline, NewerSchemaError, check_repeats, gated_problems
 from perfgate.baseline._fingerprint import Fingerprint
@@ -324,24 +324,9 @@ def read_baseline(path: Path) -> Baseline | None:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            # mkstemp creates 0600; baselines are shared through the repository.
-            os.fchmod(f.fileno(), 0o644)
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as e:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        if isinstance(e, OSError):
-            raise BaselineError(f"baseline {path}: cannot be written ({e}); check permissions and free space") from None
-        raise
-    # The rename is durable only once the directory entry is.
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+        publish(path, [text], exclusive=False)
+    except WriteFailed as e:
+        raise BaselineError(
+            f"baseline {path}: cannot be written ({e.reason}); check permissions and free space"
+        ) from None

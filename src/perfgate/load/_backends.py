@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from perfgate._redact import SECRETS
 from perfgate.load._dataset import RequestSpec
 
 
@@ -73,10 +74,11 @@ def _count(value: Any) -> int | None:
 
 
 def _error_text(obj: Any) -> str:
+    # Redacted before it is cut: a cut through an echoed key would leave part of it unmatched.
     if isinstance(obj, dict):
-        msg = obj.get("message") or obj.get("detail") or json.dumps(obj)[:200]
-        return str(msg)
-    return str(obj)[:200]
+        msg = obj.get("message") or obj.get("detail") or SECRETS.text(json.dumps(obj))[:200]
+        return SECRETS.text(str(msg))
+    return SECRETS.text(str(obj))[:200]
 
 
 # Keys as orjson writes them (SGLang's compact layout); any other spacing takes the JSON path.

@@ -6,6 +6,7 @@ import os
 import time
 from dataclasses import dataclass, field, replace
 
+from perfgate._redact import SECRETS
 from perfgate.errors import LoadError
 from perfgate.load._backends import BACKENDS
 from perfgate.load._loop import run as run_loop
@@ -99,6 +100,7 @@ def _bearer(workload: Workload, variable: str, setting: str) -> dict[str, str]:
             f"workload {workload.name}: environment variable {variable} (server.{setting}) is not set; export the "
             "API token there"
         )
+    SECRETS.add(token)
     return {"Authorization": f"Bearer {token}"}
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
 
+from perfgate._redact import SECRETS
 from perfgate.errors import LoadError
 from perfgate.load._backends import StreamState
 from perfgate.load._dataset import RequestSpec
@@ -144,9 +146,7 @@ class Streamer:
         except HTTPFailure as e:
             raise LoadError(f"POST {url} failed: {e}; {fix}") from None
         if resp.status != 200:
-            raise LoadError(
-                f"POST {url} answered HTTP {resp.status}: {resp.body[:200].decode(errors='replace')}; {fix}"
-            )
+            raise LoadError(f"POST {url} answered HTTP {resp.status}: {_quoted(resp.body, 200)}; {fix}")
 
     async def one(self, index: int, spec: RequestSpec, max_tokens: int) -> RequestRecord:
         """Send ``spec`` asking for ``max_tokens`` tokens and read its stream to the end."""
@@ -214,9 +214,8 @@ class Streamer:
     def _quote(self, body: bytes) -> str:
         """The start of a body the server sent instead of a stream, with the keys redacted (a
         proxy's error page may echo the request's Authorization header)."""
-        # Redacted whole, then cut: a cut first could leave half a key.
-        text = self.plan.redactor.text(body.decode(errors="replace"))
-        return " ".join(text.split())[:300]
+        # The plan's keys travel to client processes with it; the registry holds the rest.
+        return _quoted(body, 300, self.plan.redactor.text)
 
     def _reason(self, failure: HTTPFailure, state: StreamState) -> str:
         """A failed request's reason; its first word names the kind of failure in the summary."""
@@ -290,3 +289,11 @@ def count_error(state: StreamState, sent_tokens: int, max_tokens: int, prompt_is
             f"(outside {low}..{high})"
         )
     return ""
+
+
+def _quoted(body: bytes, limit: int, keys: Callable[[str], str] = str) -> str:
+    """The start of a server's answer for a message, redacted before it is cut, so that no part
+    of a secret the server echoed back (a 401 page quoting the Authorization header) is shown."""
+    # A little more than shown is redacted: enough for any key that starts inside the limit.
+    text = SECRETS.text(keys(body[: limit + 4096].decode(errors="replace")))
+    return " ".join(text.split())[:limit]

@@ -9,6 +9,8 @@ from perfgate.plugin._gate import CapacityChecks, GateChecks
 from perfgate.plugin._hooks import (
     pytest_configure,
     pytest_generate_tests,
+    pytest_make_collect_report,
+    pytest_runtest_makereport,
     pytest_sessionfinish,
     pytest_terminal_summary,
     pytest_unconfigure,
@@ -27,6 +29,8 @@ __all__ = [
     "pytest_addoption",
     "pytest_configure",
     "pytest_generate_tests",
+    "pytest_make_collect_report",
+    "pytest_runtest_makereport",
     "pytest_sessionfinish",
     "pytest_terminal_summary",
     "pytest_unconfigure",

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Generator
 from pathlib import Path
 
 import pytest
 
+from perfgate._redact import SECRETS, RedactingStream
 from perfgate.ab import DEFAULT_ROUNDS
 from perfgate.errors import PerfgateError
 from perfgate.plugin._benchmark import BenchmarkHooks
@@ -17,12 +19,62 @@ from perfgate.server import check_url
 from perfgate.session import RunSummary
 
 
+# Last, so that pytest's terminal reporter exists to have its output redacted.
+@pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
     _check_options(config)
     config.stash[STATE_KEY] = PluginState(config)
     if config.pluginmanager.hasplugin("benchmark"):
         config.pluginmanager.register(BenchmarkHooks(), "perfgate-benchmark")
     config.pluginmanager.register(XdistGuard(config), "perfgate-xdist")
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        # Every line pytest prints (reports, captured output, our summary) passes here.
+        writer = reporter._tw
+        writer._file = RedactingStream(writer._file)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    redact_report(report)
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+    report = yield
+    redact_report(report)
+    return report
+
+
+def redact_report(report: pytest.TestReport | pytest.CollectReport) -> None:
+    """Redact the run's secrets from ``report`` before the terminal, JUnit XML or any other
+    plugin reads it: the failure text (a server's answer quoted in an error), captured output
+    and logs, user properties."""
+    if not SECRETS.values:
+        return
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple):
+        path, lineno, reason = longrepr
+        report.longrepr = (path, lineno, SECRETS.text(reason))
+    elif longrepr is not None:
+        text = str(longrepr)
+        redacted = SECRETS.text(text)
+        if redacted != text:
+            report.longrepr = redacted
+    report.sections = [(title, SECRETS.text(content)) for title, content in report.sections]
+    if isinstance(report, pytest.TestReport):
+        report.user_properties = [(name, SECRETS.json(value)) for name, value in report.user_properties]
+
+
+# A run whose results files could not all be written exits like a failed gate (1): CI goes red
+# with the line naming each file, rather than green with the evidence missing.
+EXIT_NOT_WRITTEN = pytest.ExitCode.TESTS_FAILED
 
 
 def _check_options(config: pytest.Config) -> None:
@@ -152,6 +204,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_sep("=", "perfgate ab summary")
         for line in report_lines(state.ab):
             terminalreporter.write_line(line)
+        _artefact_lines(terminalreporter, state)
         return
     if state is None or state.session is None or not state.session.results:
         return
@@ -182,6 +235,17 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(f"error: {name}: {err.splitlines()[0]}")
     for note in summary.teardown_notes:
         terminalreporter.write_line(f"teardown: {note}")
+    _artefact_lines(terminalreporter, state)
+
+
+def _artefact_lines(terminalreporter: pytest.TerminalReporter, state: PluginState) -> None:
+    for line in state.artefacts.failed:
+        terminalreporter.write_line(f"results: {line}")
+    if state.artefacts.failed:
+        terminalreporter.write_line(
+            f"results: {len(state.artefacts.failed)} file(s) not written; the run exits {EXIT_NOT_WRITTEN} "
+            "unless it failed already (free space or fix the results folder, and run again)"
+        )
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -189,16 +253,19 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if state is None:
         return
     results_dir = state.results_dir()
+    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if state.ab is not None and results_dir is not None:
-        write_ab_results(state.ab, results_dir, step_summary=os.environ.get("GITHUB_STEP_SUMMARY"))
-    if state.session is None:
-        return
-    # Fixture teardown has run by now (pytest tears down session fixtures first), but a run
-    # interrupted before fixtures were set up still needs its server stopped.
-    state.close()
-    results_dir = state.results_dir()
-    if results_dir is not None and state.session.results:
-        write_results(state.summary(), results_dir, step_summary=os.environ.get("GITHUB_STEP_SUMMARY"))
+        state.artefacts = write_ab_results(state.ab, results_dir, step_summary=step_summary)
+    if state.session is not None:
+        # Fixture teardown has run by now (pytest tears down session fixtures first), but a run
+        # interrupted before fixtures were set up still needs its server stopped.
+        state.close()
+        if results_dir is not None and state.session.results:
+            state.artefacts = write_results(state.summary(), results_dir, step_summary=step_summary)
+    if state.artefacts.failed and session.exitstatus == pytest.ExitCode.OK:
+        # The gate's verdict is printed, but the files CI keeps of it are not all there: a run
+        # that did not complete cleanly is not green.
+        session.exitstatus = EXIT_NOT_WRITTEN
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -210,6 +277,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 __all__ = [
     "pytest_configure",
     "pytest_generate_tests",
+    "pytest_make_collect_report",
+    "pytest_runtest_makereport",
     "pytest_sessionfinish",
     "pytest_terminal_summary",
     "pytest_unconfigure",

@@ -8,6 +8,7 @@ from typing import NoReturn
 
 import pytest
 
+from perfgate._files import Artefacts
 from perfgate.ab import DEFAULT_ROUNDS, AbOptions, AbSummary, Candidate, parse_args, parse_env, run_ab, variants
 from perfgate.errors import PerfgateError
 from perfgate.plugin._progress import ProgressLine
@@ -26,6 +27,8 @@ class PluginState:
         self.ab: AbSummary | None = None
         self._ab_error: PerfgateError | None = None
         self.teardown_notes: list[str] = []
+        # The results files written at the session's end, and those that could not be.
+        self.artefacts = Artefacts()
         # Error message -> the test that showed it in full; later tests hit by the same error
         # (every test of a workload, every workload after a failed boot) get one line.
         self._shown: dict[str, str] = {}

@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from perfgate._redact import without_userinfo
+
 
 class Bad(Exception):
     """A value a check refuses; ``expected`` completes "expected ..., got <value>"."""
@@ -258,6 +260,12 @@ def _url(v: Any) -> str:
     string.convert(v)
     if v and not v.startswith(("http://", "https://")):
         raise Bad("an http:// or https:// URL")
+    if without_userinfo(v) != v:
+        # perfgate records the URL everywhere and sends no Basic auth (see server.check_url).
+        raise Bad(
+            "a URL without user:password@ (perfgate records the URL and does not send them; put the "
+            "server's API key in an environment variable named by [server] api_key_env)"
+        )
     return str(v)
 
 

@@ -19,6 +19,7 @@ from typing import Any, get_args
 
 from perfgate._files import NotAFileError, read_text
 from perfgate._names import collision_keys, file_stem, name_problem
+from perfgate._redact import without_userinfo
 from perfgate.errors import ProfileError
 from perfgate.profile._keys import Bad, Check, checks, required
 from perfgate.profile._model import (
@@ -66,7 +67,7 @@ class _Ctx:
             try:
                 out[key] = keys[key].convert(value)
             except Bad as e:
-                raise self.fail(where, key, f"expected {e.expected}, got {value!r}") from None
+                raise self.fail(where, key, f"expected {e.expected}, got {without_userinfo(repr(value))}") from None
         return out
 
 

@@ -11,6 +11,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from perfgate._files import Artefacts
 from perfgate.ab import AbRun, AbSummary, AbWorkload, VariantSummary
 from perfgate.report._results import plain, repeat_json, write_documents
 from perfgate.report._table import align
@@ -310,12 +311,12 @@ def ab_document(summary: AbSummary) -> dict[str, Any]:
     }
 
 
-def write_ab_results(summary: AbSummary, out_dir: Path, *, step_summary: str | None = None) -> list[Path]:
-    """Write ab-<profile>-<time>.json, ab-summary.md (also appended to ``step_summary``) and,
-    with the ``plots`` extra, one PNG per workload (ab-<workload>.png); return the paths."""
-    doc = ab_document(summary)
-    md = f"## perfgate ab: {summary.profile_name}\n\n```\n" + "\n".join(report_lines(summary)) + "\n```\n"
-    written = write_documents(out_dir, f"ab-{summary.profile_name}", doc, "ab-summary.md", md, step_summary)
+def write_ab_results(summary: AbSummary, out_dir: Path, *, step_summary: str | None = None) -> Artefacts:
+    """Write ab-<profile>-<time>.json and, in the folder of that name, summary.md (also appended
+    to ``step_summary``) and, with the ``plots`` extra, one PNG per workload (ab-<workload>.png);
+    see :func:`write_documents`."""
     from perfgate.report._plots import write_ab_plots
 
-    return written + write_ab_plots(doc, out_dir)
+    doc = ab_document(summary)
+    md = f"## perfgate ab: {summary.profile_name}\n\n```\n" + "\n".join(report_lines(summary)) + "\n```\n"
+    return write_documents(out_dir, f"ab-{summary.profile_name}", doc, md, step_summary, write_ab_plots)

@@ -12,10 +12,15 @@ targets and both capacities marked. An A/B gets one figure per workload too
 
 from __future__ import annotations
 
+import functools
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from perfgate._files import Artefacts, publish_with
 from perfgate._names import file_stem, path_in
+from perfgate._redact import SECRETS
 
 _STEADY = {"color": "tab:green", "alpha": 0.12}
 _BASELINE = {"color": "black", "ls": "--", "lw": 1.0}
@@ -44,26 +49,47 @@ def _pyplot() -> Any:
     return plt
 
 
-def _save(plt: Any, fig: Any, path: Path, dpi: int) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
-    return path
+def _save(plt: Any, make: Callable[[], Any], path: Path, dpi: int, out: Artefacts) -> None:
+    """Draw the figure ``make`` returns and write it to ``path``, recording the file or why not in ``out``."""
+
+    def write(target: Path) -> None:
+        from matplotlib.text import Text
+
+        with warnings.catch_warnings():
+            # A glyph the font lacks is drawn as a box: no reason to lose the plot, which a
+            # project's filterwarnings = error would otherwise make it.
+            warnings.filterwarnings("ignore", message=r"Glyph .* missing from", category=UserWarning)
+            fig = make()
+            try:
+                for text in fig.findobj(Text):
+                    text.set_text(SECRETS.text(text.get_text()))
+                fig.tight_layout()
+                publish_with(target, lambda f: fig.savefig(f, format="png", dpi=dpi))
+            finally:
+                plt.close(fig)
+
+    out.attempt(path, write)
 
 
-def write_plots(doc: dict[str, Any], out_dir: Path) -> list[Path]:
+def write_plots(doc: dict[str, Any], out_dir: Path, out: Artefacts) -> None:
+    """One PNG per workload (``<workload>.png``) and per sweep (``<sweep>-capacity.png``) into ``out``."""
     plt = _pyplot()
     if plt is None:
-        return []
-    written = []
+        return
     for wl in doc["workloads"]:
-        if not wl["repeats"]:
-            continue
-        written.append(_save(plt, _figure(plt, wl), path_in(out_dir, f"{file_stem(wl['workload'])}.png"), dpi=110))
+        if wl["repeats"]:
+            _save(
+                plt, functools.partial(_figure, plt, wl), path_in(out_dir, f"{file_stem(wl['workload'])}.png"), 110, out
+            )
     for sweep in doc.get("sweeps", []):
         if sweep["points"]:
-            written.append(_sweep_plot(plt, sweep, out_dir))
-    return written
+            _save(
+                plt,
+                functools.partial(_sweep_plot, plt, sweep),
+                path_in(out_dir, f"{file_stem(sweep['sweep'])}-capacity.png"),
+                110,
+                out,
+            )
 
 
 def _figure(plt: Any, wl: dict[str, Any]) -> Any:
@@ -131,51 +157,58 @@ def _figure(plt: Any, wl: dict[str, Any]) -> Any:
     return fig
 
 
-def write_ab_plots(doc: dict[str, Any], out_dir: Path) -> list[Path]:
+def write_ab_plots(doc: dict[str, Any], out_dir: Path, out: Artefacts) -> None:
     """One PNG per workload of an A/B results document (ab-<workload>.png): for each gated metric,
     A and B per round joined by a line (the paired view), and the ratio B/A per round against
     the tolerance's limit, with the median ratio and its interval."""
     plt = _pyplot()
     if plt is None:
-        return []
-    nan = float("nan")
-    written = []
+        return
     for wl in doc["workloads"]:
         metrics = [m for m in wl["verdict"] or () if m["n_pairs"]]
-        if not metrics:
-            continue
-        rounds = [r["round"] for r in wl["rounds"]]
-        fig, axes = plt.subplots(len(metrics), 2, figsize=(11, 2.5 * len(metrics)), squeeze=False)
-        for (ax, axr), m in zip(axes, metrics):
-            a = [nan if v is None else v for v in m["a_values"]]
-            b = [nan if v is None else v for v in m["b_values"]]
-            ax.vlines(rounds, [min(x, y) for x, y in zip(a, b)], [max(x, y) for x, y in zip(a, b)], color="0.7", lw=1)
-            ax.plot(rounds, a, "o", color="tab:blue", label="A (current)")
-            ax.plot(rounds, b, "s", color="tab:orange", label="B (candidate)")
-            ax.set_ylabel(m["metric"], fontsize=8)
-            ax.set_xticks(rounds, [f"{n}\n{'AB' if n % 2 else 'BA'}" for n in rounds], fontsize=7)
-            ax.legend(fontsize=7)
-            ratios = [nan if v is None else v for v in m["ratios"]]
-            axr.plot(rounds, ratios, "D", color="tab:purple", label="B/A per round")
-            axr.axhline(1.0, color="0.5", lw=0.8)
-            if m["limit_ratio"] is not None:
-                axr.axhline(m["limit_ratio"], color="tab:red", ls="--", lw=1, label=f"limit {m['limit_ratio']:.3f}")
-            axr.axhline(m["median_ratio"], color="black", lw=1, label=f"median {m['median_ratio']:.3f}")
-            axr.axhspan(
-                m["ci_low"], m["ci_high"], color="tab:purple", alpha=0.12, label=f"{m['ci_coverage'] * 100:.0f}% CI"
+        if metrics:
+            _save(
+                plt,
+                functools.partial(_ab_figure, plt, wl, metrics),
+                path_in(out_dir, f"ab-{file_stem(wl['workload'])}.png"),
+                100,
+                out,
             )
-            axr.set_xticks(rounds, [str(n) for n in rounds], fontsize=7)
-            axr.set_title(f"{m['metric']}: {m['status'].upper()}", fontsize=9)
-            axr.legend(fontsize=6, loc="best")
-        axes[0][0].set_title(f"{wl['workload']}: A and B per round (round, order)", fontsize=9)
-        written.append(_save(plt, fig, path_in(out_dir, f"ab-{file_stem(wl['workload'])}.png"), dpi=100))
-    return written
+
+
+def _ab_figure(plt: Any, wl: dict[str, Any], metrics: list[dict[str, Any]]) -> Any:
+    nan = float("nan")
+    rounds = [r["round"] for r in wl["rounds"]]
+    fig, axes = plt.subplots(len(metrics), 2, figsize=(11, 2.5 * len(metrics)), squeeze=False)
+    for (ax, axr), m in zip(axes, metrics):
+        a = [nan if v is None else v for v in m["a_values"]]
+        b = [nan if v is None else v for v in m["b_values"]]
+        ax.vlines(rounds, [min(x, y) for x, y in zip(a, b)], [max(x, y) for x, y in zip(a, b)], color="0.7", lw=1)
+        ax.plot(rounds, a, "o", color="tab:blue", label="A (current)")
+        ax.plot(rounds, b, "s", color="tab:orange", label="B (candidate)")
+        ax.set_ylabel(m["metric"], fontsize=8)
+        ax.set_xticks(rounds, [f"{n}\n{'AB' if n % 2 else 'BA'}" for n in rounds], fontsize=7)
+        ax.legend(fontsize=7)
+        ratios = [nan if v is None else v for v in m["ratios"]]
+        axr.plot(rounds, ratios, "D", color="tab:purple", label="B/A per round")
+        axr.axhline(1.0, color="0.5", lw=0.8)
+        if m["limit_ratio"] is not None:
+            axr.axhline(m["limit_ratio"], color="tab:red", ls="--", lw=1, label=f"limit {m['limit_ratio']:.3f}")
+        axr.axhline(m["median_ratio"], color="black", lw=1, label=f"median {m['median_ratio']:.3f}")
+        axr.axhspan(
+            m["ci_low"], m["ci_high"], color="tab:purple", alpha=0.12, label=f"{m['ci_coverage'] * 100:.0f}% CI"
+        )
+        axr.set_xticks(rounds, [str(n) for n in rounds], fontsize=7)
+        axr.set_title(f"{m['metric']}: {m['status'].upper()}", fontsize=9)
+        axr.legend(fontsize=6, loc="best")
+    axes[0][0].set_title(f"{wl['workload']}: A and B per round (round, order)", fontsize=9)
+    return fig
 
 
 _LATENCY_NAMES = {"ttft_ms": "ttft", "tpot_ms": "tpot", "e2e_ms": "e2e_latency"}
 
 
-def _sweep_plot(plt: Any, sweep: dict[str, Any], out_dir: Path) -> Path:
+def _sweep_plot(plt: Any, sweep: dict[str, Any]) -> Any:
     """Throughput and the SLO'd latencies against load, this run solid and the baseline dashed, with
     the SLO targets and both capacities marked."""
     from matplotlib.ticker import ScalarFormatter  # matplotlib is there: plt came from it
@@ -237,5 +270,4 @@ def _sweep_plot(plt: Any, sweep: dict[str, Any], out_dir: Path) -> Path:
     axl.set_ylabel("ms")
     axl.set_xlabel(sweep["axis"])
     axl.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    return _save(plt, fig, path_in(out_dir, f"{file_stem(sweep['sweep'])}-capacity.png"), dpi=110)
+    return fig

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
+from perfgate._files import Artefacts, describe, publish, reserve_dir
 from perfgate._names import file_stem, path_in
+from perfgate._redact import SECRETS
 from perfgate.load import RequestRecord
 from perfgate.report._table import render_markdown, rows
 from perfgate.session import RepeatResult, RunSummary, SweepResult, WorkloadResult, window_json
@@ -188,34 +191,51 @@ def markdown_summary(summary: RunSummary) -> str:
     return "\n".join(lines) + "\n"
 
 
+# A plot writer: (the document, the run's folder, where to record each file) -> None.
+PlotWriter = Callable[[dict[str, Any], Path, Artefacts], None]
+
+
 def write_documents(
-    out_dir: Path, name: str, doc: dict[str, Any], md_name: str, md: str, step_summary: str | None
-) -> list[Path]:
-    """Write ``doc`` as ``<name>-<UTC time>.json`` (atomically) and ``md`` as ``md_name`` in
-    ``out_dir`` (created), append ``md`` to ``step_summary`` when given; return both paths."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    path = path_in(out_dir, f"{file_stem(name)}-{stamp}.json")
-    tmp = path.with_suffix(".tmp")
-    with tmp.open("w", encoding="utf-8") as f:
+    out_dir: Path, name: str, doc: dict[str, Any], md: str, step_summary: str | None, plots: PlotWriter
+) -> Artefacts:
+    """Write ``doc`` as ``<name>-<UTC time>.json`` in ``out_dir`` (created), and the run's other
+    files (``md`` as summary.md, the plots) in the folder of the same name; append ``md`` to
+    ``step_summary`` when given.
+
+    The folder is made first, under a name no other run has (``-2``, ``-3``, ... appended when
+    one has it), and each file is written atomically and exclusively (see :mod:`perfgate._files`);
+    a file that cannot be written is a line in the returned :class:`Artefacts`, and the others are
+    still attempted.
+    """
+    out = Artefacts()
+    now = time.time()
+    stem = f"{file_stem(name)}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime(now))}.{int(now % 1 * 1e6):06d}Z"
+    try:
+        run_dir = reserve_dir(out_dir, stem)
+    except OSError as e:
+        out.failed.append(f"{out_dir / stem}: not created: {describe(e)}")
+    else:
         # iterencode writes as it goes; json.dumps would first build the whole text.
-        for piece in json.JSONEncoder(sort_keys=True, indent=1).iterencode(doc):
-            f.write(piece)
-        f.write("\n")
-    tmp.replace(path)
-    path_in(out_dir, md_name).write_text(md)
+        encoded = json.JSONEncoder(sort_keys=True, indent=1).iterencode(doc)
+        out.attempt(path_in(out_dir, f"{run_dir.name}.json"), lambda p: publish(p, itertools.chain(encoded, "\n")))
+        out.attempt(run_dir / "summary.md", lambda p: publish(p, [md]))
+        plots(doc, run_dir, out)
     if step_summary:
-        with open(step_summary, "a", encoding="utf-8") as f:
-            f.write(md)
-    return [path, out_dir / md_name]
+        out.attempt(Path(step_summary), lambda p: _append(p, md))
+    return out
 
 
-def write_results(summary: RunSummary, out_dir: Path, *, step_summary: str | None = None) -> list[Path]:
-    """Write results.json and summary.md (and PNG plots with the ``plots`` extra); return the paths."""
-    doc = results_document(summary, stream_requests=True)
-    written = write_documents(
-        out_dir, f"results-{summary.profile_name}", doc, "summary.md", markdown_summary(summary), step_summary
-    )
+def _append(path: Path, text: str) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(SECRETS.text(text))
+
+
+def write_results(summary: RunSummary, out_dir: Path, *, step_summary: str | None = None) -> Artefacts:
+    """Write results-<profile>-<time>.json and, in the folder of that name, summary.md (and PNG
+    plots with the ``plots`` extra); see :func:`write_documents`."""
     from perfgate.report._plots import write_plots
 
-    return written + write_plots(doc, out_dir)
+    doc = results_document(summary, stream_requests=True)
+    return write_documents(
+        out_dir, f"results-{summary.profile_name}", doc, markdown_summary(summary), step_summary, write_plots
+    )

@@ -192,7 +192,7 @@ def launch(
 ) -> ServerProcess:
     """Start ``argv`` in its own session with stdout+stderr appended to ``log_path``.
 
-    With a ``redactor`` that knows secrets, the output goes through a pipe and every secret is
+    While the run knows secrets (the process's registry), the output goes through a pipe and every secret is
     replaced before it reaches the log (servers log their arguments, keys included); otherwise
     the server writes the log file directly.
     """
@@ -209,7 +209,7 @@ def launch(
                 popen = subprocess.Popen(
                     list(argv),
                     stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE if redactor.secrets else log,
+                    stdout=subprocess.PIPE if redactor.active else log,
                     stderr=subprocess.STDOUT,
                     env=dict(env),
                     cwd=cwd,

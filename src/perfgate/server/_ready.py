@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from perfgate._redact import without_userinfo
 from perfgate.errors import ServerError
 from perfgate.server._process import ServerProcess, describe_exit, tail_block
 
@@ -29,14 +30,28 @@ _CANDIDATE_PATHS = ("/health_generate", "/health", "/ready", "/v1/models", "/")
 
 
 def check_url(url: str, where: str) -> None:
-    """ServerError unless ``url`` is an absolute http(s) URL with a host; ``where`` names its source."""
+    """ServerError unless ``url`` is an absolute http(s) URL with a host and no credentials;
+    ``where`` names its source.
+
+    Credentials in a URL (``http://user:password@host``) are refused, not sent: the URL is
+    recorded in results, baselines and the terminal, and the servers perfgate drives (SGLang,
+    vLLM) take a bearer token, which ``[server] api_key_env`` names without writing it down.
+    """
+    shown = without_userinfo(url)
     try:
         parsed = httpx.URL(url)
     except (httpx.InvalidURL, TypeError) as e:
-        raise ServerError(f"{where}: {url!r} is not a URL ({e}); expected e.g. http://127.0.0.1:30000") from None
+        reason = without_userinfo(str(e))
+        raise ServerError(f"{where}: {shown!r} is not a URL ({reason}); expected e.g. http://127.0.0.1:30000") from None
     if parsed.scheme not in ("http", "https") or not parsed.host:
         raise ServerError(
-            f"{where}: {url!r} is not an http:// or https:// URL with a host; expected e.g. http://127.0.0.1:30000"
+            f"{where}: {shown!r} is not an http:// or https:// URL with a host; expected e.g. http://127.0.0.1:30000"
+        )
+    if parsed.userinfo:
+        raise ServerError(
+            f"{where}: {shown!r} carries credentials (user:password@): perfgate records the URL in results, "
+            "baselines and the terminal, and does not send them; pass the URL without them and put the "
+            "server's API key in an environment variable named by [server] api_key_env (sent as a bearer token)"
         )
 
 

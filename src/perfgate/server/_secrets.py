@@ -16,10 +16,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from perfgate._redact import MIN_SECRET_CHARS, REDACTED, SECRETS, looks_secret
 from perfgate.errors import ServerError
 from perfgate.profile import ServerSpec
 
-REDACTED = "<redacted>"
 # Server flags whose value is a credential, whatever the value is.
 SECRET_FLAGS = ("--api-key", "--admin-api-key")
 # Keys of JSON objects (SGLang's server args) whose value is a credential.
@@ -34,7 +34,18 @@ def read_key(variable: str, setting: str) -> str:
             f"[server] {setting} = {variable!r}: the environment variable {variable} is not set (or empty); "
             "export the server's key there before running perfgate"
         )
+    check_key(value, f"[server] {setting} = {variable!r}: the key in {variable}")
     return value
+
+
+def check_key(value: str, what: str) -> None:
+    """ServerError when ``value`` is too short to be found and redacted in output reliably."""
+    if len(value) < MIN_SECRET_CHARS:
+        raise ServerError(
+            f"{what} is {len(value)} characters long; perfgate redacts keys from everything it prints and "
+            f"writes, and needs at least {MIN_SECRET_CHARS} characters to tell a key from ordinary text: "
+            "use a longer key"
+        )
 
 
 @dataclass(frozen=True)
@@ -72,15 +83,22 @@ class ServerKeys:
 
 @dataclass(frozen=True)
 class Redactor:
-    """Replaces known secret values, and the values of secret flags and keys, with ``<redacted>``."""
+    """Redacts the run's secrets (``secrets`` are added to the process's registry, which also
+    knows the env and URL secrets found elsewhere), and the values of secret flags and keys."""
 
     secrets: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        for secret in self.secrets:
+            SECRETS.add(secret)
+
+    @property
+    def active(self) -> bool:
+        """Whether there is anything to redact (the server's output must then go through a pipe)."""
+        return bool(SECRETS.values)
+
     def text(self, text: str) -> str:
-        # Longest first, so a key that contains another is not left half visible.
-        for secret in sorted(self.secrets, key=len, reverse=True):
-            text = text.replace(secret, REDACTED)
-        return text
+        return SECRETS.text(text)
 
     def argv(self, argv: Sequence[str]) -> list[str]:
         out: list[str] = []
@@ -99,7 +117,9 @@ class Redactor:
         return out
 
     def env(self, env: Mapping[str, str]) -> dict[str, str]:
-        return {k: REDACTED if _SECRET_KEY.search(k) or v in self.secrets else self.text(v) for k, v in env.items()}
+        """``env`` with credentials (by name or content, see :func:`looks_secret`) replaced."""
+        SECRETS.add_env(dict(env))
+        return {k: REDACTED if looks_secret(k, v) or v in self.secrets else self.text(v) for k, v in env.items()}
 
     def json(self, obj: Any) -> Any:
         """A copy of JSON-like ``obj`` with secret keys' values and every secret occurrence redacted."""
@@ -115,21 +135,4 @@ class Redactor:
         return obj
 
     def lines(self, chunks: Iterable[bytes]) -> Iterable[bytes]:
-        """``chunks`` of a byte stream with every secret replaced; a secret split over two reads
-        is caught because output is released one whole line at a time."""
-        secrets = [s.encode() for s in sorted(self.secrets, key=len, reverse=True)]
-        tail = b""
-        for chunk in chunks:
-            data = tail + chunk
-            cut = data.rfind(b"\n") + 1
-            tail = data[cut:]
-            if cut:
-                yield _replace_all(data[:cut], secrets)
-        if tail:
-            yield _replace_all(tail, secrets)
-
-
-def _replace_all(data: bytes, secrets: list[bytes]) -> bytes:
-    for secret in secrets:
-        data = data.replace(secret, REDACTED.encode())
-    return data
+        return SECRETS.redact_lines(chunks)

@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from perfgate._redact import SECRETS
 from perfgate.errors import ServerError
 from perfgate.gpu import Hardware
 from perfgate.profile import ServerSpec
@@ -236,6 +237,8 @@ def start_server(
     """
     keys = ServerKeys.from_spec(spec)
     redactor = keys.redactor
+    # Before the server starts: it may log its environment.
+    SECRETS.add_env(dict(spec.env))
     pre = None
     attach_url = (base_url or (spec.base_url if spec.kind == "attach" else "")).rstrip("/")
     if attach_url:

@@ -1,0 +1,231 @@
+"""The run's secret values, and their redaction from every text perfgate emits.
+
+One registry per process (:data:`SECRETS`), filled as soon as a value is known: the API and
+admin keys when the profile's ``*_api_key_env`` variables are read, secret-looking ``[server]
+env`` values and an A/B candidate's. Each channel consults it at one place: every file goes
+through :func:`perfgate._files.publish`, the pytest reports and the terminal through the
+plugin's hooks, the CLI's stdout and stderr through :class:`RedactingStream`, the server log
+through :meth:`SecretRegistry.redact_lines`.
+
+A value is also matched in the forms a server may echo it back in: URL-encoded, JSON-escaped
+and base64 (a Basic auth header is base64 of ``user:password``; each of base64's three
+alignments is matched by the part of the encoding that does not depend on the bytes around
+the value). A value cut by a line break (a log wrapping a long line) is no longer the value
+and cannot be matched.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import threading
+from collections.abc import Iterable, Iterator
+from typing import IO, Any, AnyStr
+from urllib.parse import quote, quote_plus
+
+REDACTED = "<redacted>"
+# Shorter values would be found all over ordinary output (and redact it into noise): keys
+# that short are refused where they are read, short env values are redacted by name only.
+MIN_SECRET_CHARS = 8
+
+# Names of environment variables whose values are credentials, whatever the value is.
+SECRET_NAME = re.compile(r"secret|token|key|passw|pwd|credential|auth|cookie", re.IGNORECASE)
+# Values that carry a credential whatever the name: a URL with a password, a bearer or Basic
+# auth header, a private key block.
+SECRET_VALUE = re.compile(r"://[^/@\s:]*:[^/@\s]+@|\bbearer\s+\S|\bbasic\s+[a-z0-9+/=]{8,}|-----BEGIN", re.IGNORECASE)
+# The user:password@ of a URL, up to its last "@": a password may hold "@", "/" or "?" (which
+# hides the host of a URL with an "@" in its path too; such URLs are only ever shown refused).
+_URL_USERINFO = re.compile(r"//\S*@")
+_URL_PASSWORD = re.compile(r"//[^/@\s:]*:(\S+)@")
+
+
+def looks_secret(name: str, value: str) -> bool:
+    """Whether env variable ``name`` = ``value`` is a credential (by its name or its content)."""
+    return bool(value) and bool(SECRET_NAME.search(name) or SECRET_VALUE.search(value))
+
+
+def without_userinfo(text: str) -> str:
+    """``text`` with the ``user:password@`` of a URL in it replaced by ``<redacted>@``."""
+    return _URL_USERINFO.sub(f"//{REDACTED}@", text)
+
+
+def _base64_cores(data: bytes) -> set[str]:
+    """The parts of base64 text that encode ``data`` whatever bytes surround it, one per alignment."""
+    cores = set()
+    for lead in range(3):
+        encoded = base64.b64encode(b"\0" * lead + data).decode()
+        # A group of 4 characters encodes 3 bytes; a group shared with surrounding bytes varies.
+        start = 4 if lead else 0
+        end = (lead + len(data)) // 3 * 4
+        core = encoded[start:end]
+        if len(core) >= MIN_SECRET_CHARS:
+            cores.add(core)
+    return cores
+
+
+def variants(value: str) -> set[str]:
+    """``value`` and the encodings a server may echo it back in."""
+    out = {value, quote(value, safe=""), quote(value), quote_plus(value)}
+    out |= {json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]}
+    out |= _base64_cores(value.encode())
+    return {v for v in out if len(v) >= MIN_SECRET_CHARS}
+
+
+# Brackets for the marker; the first pair whose characters no secret contains is used (then
+# private-use code points, which no key holds in practice, and there is always a free one).
+_BRACKETS = (("<", ">"), ("[", "]"), ("{", "}"), ("\u00ab", "\u00bb"))
+
+
+def marker_for(secrets: Iterable[str]) -> str:
+    """``<redacted>``, unless a secret could be formed with it. A marker whose first and last
+    characters no secret contains can only hold a secret inside its word (one of 8 letters: a
+    secret of MIN_SECRET_CHARS is the word itself, and then another word is taken), so no text
+    next to a marker can form a secret with it."""
+    texts = list(secrets)
+    used = set().union(*map(set, texts)) if texts else set()
+    spare = (chr(c) for c in range(0xE000, 0x110000) if chr(c) not in used)
+    opening, closing = next(((o, c) for o, c in _BRACKETS if o not in used and c not in used), (None, None))
+    if opening is None or closing is None:
+        opening = next(spare)
+        closing = next(spare)
+    word = next((w for w in ("redacted", "REDACTED") if not any(s in w for s in texts)), f"red{next(spare)}acted")
+    return f"{opening}{word}{closing}"
+
+
+def _spans(text: AnyStr, secrets: Iterable[AnyStr]) -> list[tuple[int, int]]:
+    """Every occurrence of every secret in ``text``, overlapping ones merged, in order."""
+    found = []
+    for secret in secrets:
+        at = text.find(secret)
+        while at != -1:
+            found.append((at, at + len(secret)))
+            at = text.find(secret, at + 1)
+    found.sort()
+    merged: list[tuple[int, int]] = []
+    for start, end in found:
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def redact(text: AnyStr, secrets: Iterable[AnyStr], marker: AnyStr) -> AnyStr:
+    """``text`` with each run of secret occurrences replaced by ``marker``.
+
+    Whole spans are replaced (not one secret after another), so no replacement can join two
+    pieces into a secret; ``marker`` must be one :func:`marker_for` chose for these secrets.
+    """
+    spans = _spans(text, secrets)
+    if not spans:
+        return text
+    pieces = []
+    done = 0
+    for start, end in spans:
+        pieces += [text[done:start], marker]
+        done = end
+    pieces.append(text[done:])
+    return text[:0].join(pieces)
+
+
+class SecretRegistry:
+    """The secret values of this process's runs (a value once known stays known)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values: frozenset[str] = frozenset()
+        self._marker = REDACTED
+
+    def add(self, value: str) -> None:
+        """Redact ``value`` (and its encodings) from now on; values under MIN_SECRET_CHARS are ignored."""
+        if len(value) < MIN_SECRET_CHARS:
+            return
+        with self._lock:
+            self._values = self._values | variants(value)
+            self._marker = marker_for(self._values)
+
+    def add_env(self, env: dict[str, str]) -> None:
+        """The secret-looking values of ``env`` (see :func:`looks_secret`), and the password of
+        a URL among them on its own (a server may log it apart from the URL)."""
+        for name, value in env.items():
+            if looks_secret(name, value):
+                self.add(value)
+                for password in _URL_PASSWORD.findall(value):
+                    self.add(password)
+
+    @property
+    def values(self) -> frozenset[str]:
+        return self._values
+
+    @property
+    def longest(self) -> int:
+        return max(map(len, self._values), default=0)
+
+    def text(self, text: str) -> str:
+        return redact(text, self._values, self._marker) if self._values else text
+
+    def json(self, obj: Any) -> Any:
+        """A copy of JSON-like ``obj`` with every string (keys too) redacted."""
+        if isinstance(obj, dict):
+            return {self.json(k): self.json(v) for k, v in obj.items()}
+        if isinstance(obj, (list, tuple)):
+            return [self.json(v) for v in obj]
+        if isinstance(obj, str):
+            return self.text(obj)
+        return obj
+
+    def stream(self, chunks: Iterable[str]) -> Iterator[str]:
+        """``chunks`` of one text, redacted as the whole text would be: the last characters of
+        each chunk that could begin a secret are held back until the next one is seen."""
+        tail = ""
+        for chunk in chunks:
+            data = tail + chunk
+            cut = len(data) - max(self.longest - 1, 0)
+            for start, end in _spans(data, self._values):
+                if start < cut < end:
+                    cut = start
+                    break
+            if cut > 0:
+                yield self.text(data[:cut])
+                tail = data[cut:]
+            else:
+                tail = data
+        if tail:
+            yield self.text(tail)
+
+    def redact_lines(self, chunks: Iterable[bytes]) -> Iterator[bytes]:
+        """``chunks`` of a byte stream (a server's output) with every secret replaced, released
+        one whole line at a time, so a secret split over two reads is still caught."""
+        tail = b""
+        for chunk in chunks:
+            data = tail + chunk
+            cut = data.rfind(b"\n") + 1
+            tail = data[cut:]
+            if cut:
+                yield self._bytes(data[:cut])
+        if tail:
+            yield self._bytes(tail)
+
+    def _bytes(self, data: bytes) -> bytes:
+        values = self._values
+        if not values:
+            return data
+        return redact(data, [v.encode() for v in values], self._marker.encode())
+
+
+SECRETS = SecretRegistry()
+
+
+class RedactingStream:
+    """A text stream whose every write is redacted (the CLI's stdout/stderr, pytest's terminal)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(SECRETS.text(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
