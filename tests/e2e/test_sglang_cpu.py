@@ -451,6 +451,21 @@ def test_a_secured_server_authenticates_every_call_and_its_keys_are_written_nowh
         )
         (written / "terminal.txt").write_text(session.stdout.str() + session.stderr.str())
         expect_outcomes(session, passed=6, skipped=3)
+        # A wrong key: SGLang answers 401, and the key perfgate sent is a secret like the right one
+        # (a server or proxy may quote it back): it is named nowhere, the run fails, nothing records.
+        wrong = f"pgwrong-{uuid.uuid4().hex}"
+        monkeypatch.setenv("PERFGATE_E2E_API_KEY", wrong)
+        refused = gate(
+            profile_path,
+            written / "baselines",
+            f"--perf-base-url={server.base_url}",
+            f"--perf-results={written / 'results-wrong-key'}",
+            f"--junitxml={written / 'junit-wrong-key.xml'}",
+        )
+        refused_out = refused.stdout.str() + refused.stderr.str()
+        (written / "terminal-wrong-key.txt").write_text(refused_out)
+        assert refused.ret != 0, refused_out[-3000:]
+        assert "401" in refused_out, refused_out[-3000:]
     release.assert_no_leftovers("the secured server")
     log = server.log_path.read_text()
     # Every authenticated call reached the server (uvicorn's access log, as perfgate captured it).
@@ -469,4 +484,5 @@ def test_a_secured_server_authenticates_every_call_and_its_keys_are_written_nowh
     assert {p.suffix for p in files} >= {".json", ".log", ".xml", ".md", ".txt"}, files
     for path in files:
         data = path.read_bytes()
-        assert api_key.encode() not in data and admin_key.encode() not in data, f"a key leaked into {path}"
+        for key in (api_key, admin_key, wrong):
+            assert key.encode() not in data, f"a key leaked into {path}"

@@ -148,6 +148,8 @@ def test_a_results_document_name_cannot_climb_out(tmp_path: Path) -> None:
     # A document from elsewhere (compare, plots) never passed the profile loader.
     from perfgate.report._results import write_documents
 
-    written = write_documents(tmp_path, "results-../../x", {}, "summary.md", "", None)
-    assert all(p.parent == tmp_path for p in written), written
-    assert json.loads(written[0].read_text()) == {}
+    out = write_documents(tmp_path, "results-../../x", {}, "summary", None, lambda doc, folder, out: None)
+    assert out.failed == [] and len(out.written) == 2, out
+    assert all(p.resolve().is_relative_to(tmp_path.resolve()) for p in out.written), out.written
+    (doc,) = [p for p in out.written if p.suffix == ".json"]
+    assert doc.parent == tmp_path and json.loads(doc.read_text()) == {}
