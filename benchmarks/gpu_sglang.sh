@@ -29,6 +29,10 @@
 #   SGL_DEADLINE_S wall-clock budget of the whole script in seconds (default: 570)
 #   SGL_SKIP_GATE  1 skips step 3 (gate) and its expectations
 #   SGL_SLOW_ARGS  server flags of the regress stage's slower server (default: --max-running-requests 32)
+#   SGL_NOISE_BOOTS N > 0: instead of steps 2-4, boot the unchanged profile N times, one repeat of
+#                  gen-c256 each (stages boot-1 ... boot-N, each recording its own baselines), with
+#                  the GPU's clocks, power and temperature sampled every 0.5 s into WORK/gpu-clocks.csv:
+#                  the raw material of the boot-to-boot noise study (issue #20, item 3)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -141,6 +145,24 @@ run_stage() {
     say "$name: exit status $?"
     reap
 }
+
+NOISE_BOOTS=${SGL_NOISE_BOOTS:-0}
+if [ "$NOISE_BOOTS" -gt 0 ] 2>/dev/null; then
+    rm -rf "$WORK"/boot-*
+    nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,clocks_throttle_reasons.active \
+        --format=csv -lms 500 >"$WORK/gpu-clocks.csv" 2>&1 &
+    CLOCKS_PID=$!
+    expect="{"
+    for i in $(seq 1 "$NOISE_BOOTS"); do
+        run_stage "boot-$i" 150 "$PY" -m pytest perf_tests "${PLUGIN[@]}" -rA --perf-profile "$PROFILE" \
+            --perf-baselines "$WORK/boot-$i/baselines" --perf-update-baselines --perf-repeats=1 -k "$C256"
+        expect+="\"boot-$i\": {\"test_run_is_valid[$C256]\": \"passed\"},"
+    done
+    kill "$CLOCKS_PID" 2>/dev/null
+    CONTEXT=$("$PY" -c "import json, sys; print(json.dumps({'script': 'gpu_sglang noise', 'profile': sys.argv[1], 'boots': int(sys.argv[2]), 'wall_s': int(sys.argv[3])}))" "$PROFILE" "$NOISE_BOOTS" "$SECONDS")
+    "$PY" benchmarks/_gpu_report.py "$WORK" "${expect%,}}" "$CONTEXT"
+    exit $?
+fi
 
 run_stage record 240 "${PYTEST[@]}" --perf-update-baselines
 if [ "$SKIP_GATE" = 1 ]; then
