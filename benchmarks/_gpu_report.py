@@ -89,6 +89,7 @@ def stage_entry(work: str, stage: str) -> tuple[dict[str, Any], bool]:
             round(r.get("values", {}).get("output_throughput") or 0.0, 1) for r in reps
         ]
         figures["power_method"] = [g.get("power_method") for g in window.get("gpus", [])]
+        figures["integrated_power_w"] = [g.get("integrated_power_w") for g in window.get("gpus", [])]
         figures["errors"] = rep.get("errors", {})
         first_error = next((r["error"] for r in rep.get("requests", []) if r.get("error")), "")
         if first_error:

@@ -49,7 +49,9 @@ C256=gen-c256-in512-out128
 # its time limit leaves nothing holding the GPU for the next one.
 RUN_ID="gpu-sglang-$$-$(date +%s)"
 
-say() { echo "[gpu_sglang $(date -u +%H:%M:%S) +${SECONDS}s] $*"; }
+TAG=gpu_sglang
+# shellcheck source=benchmarks/_gpu_stage.sh
+source benchmarks/_gpu_stage.sh
 
 [ -f "$PROFILE" ] || { say "no profile $PROFILE (SGL_PROFILE)"; exit 2; }
 if [ -z "$SLOW_ARGS" ]; then
@@ -66,7 +68,7 @@ if [ -n "${SGL_BUNDLE:-}" ]; then
 fi
 
 rm -rf "$WORK/record" "$WORK/gate" "$WORK/regress" "$WORK/baselines"
-mkdir -p "$WORK" "$MODEL_CACHE"
+mkdir -p "$WORK"
 
 # An installed perfgate registers its plugin through its entry point; a source checkout needs -p.
 PLUGIN=()
@@ -96,55 +98,13 @@ EOF
 if [ "$BUILD_MODEL" = 1 ]; then
     MODEL_LINK=$("$PY" -c "import sys; from perfgate.profile import load_profile; print(load_profile(sys.argv[1]).server.model_path)" "$PROFILE")
     say "model: hidden 2048, 16 layers, 16 heads, FFN 5632, bf16 (cache $MODEL_CACHE) -> $MODEL_LINK"
-    MODEL_DIR=$("$PY" - "$MODEL_CACHE" <<'EOF'
-import contextlib, sys, time
-import torch
-from perfgate.testing import ensure_tiny_model
-t0 = time.monotonic()
-# Random initialisation of 680 M parameters: seconds on a GPU.
-where = torch.device("cuda") if torch.cuda.is_available() else contextlib.nullcontext()
-with where:
-    path = ensure_tiny_model(sys.argv[1], size="gpu", hidden_size=2048, num_layers=16, num_heads=16, intermediate_size=5632)
-print(f"model ready in {time.monotonic() - t0:.1f} s: {path}", file=sys.stderr)
-print(path.resolve())
-EOF
-    ) || { say "model build failed"; exit 2; }
-    mkdir -p "$(dirname "$MODEL_LINK")"
-    ln -sfn "$MODEL_DIR" "$MODEL_LINK"
-    du -sh "$MODEL_DIR"
+    build_model "$MODEL_CACHE" "$MODEL_LINK" '{"hidden_size": 2048, "num_layers": 16, "num_heads": 16, "intermediate_size": 5632}' \
+        || { say "model build failed"; exit 2; }
 fi
 
-reap() {
-    local p
-    for p in /proc/[0-9]*; do
-        if { tr '\0' '\n' <"$p/environ"; } 2>/dev/null | grep -qx "PERFGATE_E2E_RUN=$RUN_ID"; then
-            say "stopping leftover process ${p#/proc/}: $(tr '\0' ' ' <"$p/cmdline" | cut -c1-120)"
-            kill -9 "${p#/proc/}" 2>/dev/null
-        fi
-    done
-}
 trap reap EXIT
 
 PYTEST=("$PY" -m pytest perf_tests "${PLUGIN[@]}" -rA --perf-profile "$PROFILE" --perf-baselines "$WORK/baselines")
-
-# run_stage NAME MAX_S COMMAND...: one stage, bounded by the remaining budget.
-run_stage() {
-    local name=$1 max_s=$2 left
-    shift 2
-    left=$((DEADLINE_S - SECONDS - 10))
-    [ "$left" -lt "$max_s" ] && max_s=$left
-    if [ "$max_s" -lt 60 ]; then
-        say "$name: skipped, only ${left}s of the budget left"
-        return
-    fi
-    mkdir -p "$WORK/$name"
-    say "$name: (at most ${max_s}s) $*"
-    # SIGINT first: pytest then tears the server down itself.
-    timeout -s INT -k 30 "$max_s" env PERFGATE_E2E_RUN="$RUN_ID" PYTHONUNBUFFERED=1 "$@" \
-        --perf-results "$WORK/$name" --junitxml "$WORK/$name/junit.xml"
-    say "$name: exit status $?"
-    reap
-}
 
 NOISE_BOOTS=${SGL_NOISE_BOOTS:-0}
 if [ "$NOISE_BOOTS" -gt 0 ] 2>/dev/null; then
