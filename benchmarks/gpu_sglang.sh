@@ -2,15 +2,15 @@
 # perfgate end to end on a real NVIDIA GPU with the real PyPI SGLang (kind = "sglang"): a locally
 # built 680 M random Llama gated by perf_tests/test_serving.py under profiles/h200-sglang.toml.
 #
-#   SGL_BUNDLE=/var/tmp/sgb benchmarks/gpu_sglang.sh [WORK_DIR]   (default WORK_DIR: .perfgate-cache/gpu-sglang)
+#   GPU_SGLANG_BUNDLE=/var/tmp/sgb benchmarks/gpu_sglang.sh [WORK_DIR]   (default WORK_DIR: .perfgate-cache/gpu-sglang)
 #
-# SGL_BUNDLE is a joined bundle of python -m perfgate.testing.sglang_bundle (its chunk 1's join.sh
+# GPU_SGLANG_BUNDLE is a joined bundle of python -m perfgate.testing.sglang_bundle (its chunk 1's join.sh
 # unpacks it and checks the imports); leave it unset where SGLang is installed already.
 # Steps, all inside one ~10-minute budget:
 #   1. build the model on the GPU (perfgate.testing, cached): hidden 2048, 16 layers, FFN 5632, bf16;
 #   2. record:  pytest perf_tests --perf-update-baselines      -> baselines in WORK_DIR/baselines;
 #   3. gate:    pytest perf_tests against those baselines      -> throughput/latency must pass;
-#   4. regress: a slower server (SGL_SLOW_ARGS, default --max-running-requests 32) started by
+#   4. regress: a slower server (GPU_SGLANG_SLOW_ARGS, default --max-running-requests 32) started by
 #               perfgate's own start_server and attached with --perf-base-url, so the fingerprint
 #               is the profile's: test_throughput[gen-c256-in512-out128] must FAIL with perfgate's
 #               message. (A GPU co-tenant cannot be the regression here: perfgate rightly refuses
@@ -21,15 +21,15 @@
 # Exit status 0 only when every expectation held; 2 when the host cannot run it. The last stdout
 # line is one JSON object (benchmarks/_gpu_report.py).
 #
-# Environment:
+# Environment (GPU_SGLANG_*: SGLang itself reads, and warns about, every SGL_* variable):
 #   PYTHON         interpreter with torch (CUDA), perfgate's dependencies and SGLang (default: python3)
-#   SGL_BUNDLE     joined bundle directory (holds env.sh and site/), sourced first
-#   SGL_PROFILE    profile (default: profiles/h200-sglang.toml); its workload names are the expectations'
-#   SGL_MODEL      1 (default) builds the model and links it at the profile's model_path; 0 does not
-#   SGL_DEADLINE_S wall-clock budget of the whole script in seconds (default: 570)
-#   SGL_SKIP_GATE  1 skips step 3 (gate) and its expectations
-#   SGL_SLOW_ARGS  server flags of the regress stage's slower server (default: --max-running-requests 32)
-#   SGL_NOISE_BOOTS N > 0: instead of steps 2-4, boot the unchanged profile N times, one repeat of
+#   GPU_SGLANG_BUNDLE     joined bundle directory (holds env.sh and site/), sourced first
+#   GPU_SGLANG_PROFILE    profile (default: profiles/h200-sglang.toml); its workload names are the expectations'
+#   GPU_SGLANG_MODEL      1 (default) builds the model and links it at the profile's model_path; 0 does not
+#   GPU_SGLANG_DEADLINE_S wall-clock budget of the whole script in seconds (default: 570)
+#   GPU_SGLANG_SKIP_GATE  1 skips step 3 (gate) and its expectations
+#   GPU_SGLANG_SLOW_ARGS  server flags of the regress stage's slower server (default: --max-running-requests 32)
+#   GPU_SGLANG_NOISE_BOOTS N > 0: instead of steps 2-4, boot the unchanged profile N times, one repeat of
 #                  gen-c256 each (stages boot-1 ... boot-N, each recording its own baselines), with
 #                  the GPU's clocks, power and temperature sampled every 0.5 s into WORK/gpu-clocks.csv:
 #                  the raw material of the boot-to-boot noise study (issue #20, item 3)
@@ -38,11 +38,11 @@ cd "$(dirname "$0")/.."
 
 WORK=${1:-.perfgate-cache/gpu-sglang}
 PY=${PYTHON:-python3}
-PROFILE=${SGL_PROFILE:-profiles/h200-sglang.toml}
-BUILD_MODEL=${SGL_MODEL:-1}
-DEADLINE_S=${SGL_DEADLINE_S:-570}
-SKIP_GATE=${SGL_SKIP_GATE:-0}
-SLOW_ARGS=${SGL_SLOW_ARGS---max-running-requests 32}
+PROFILE=${GPU_SGLANG_PROFILE:-profiles/h200-sglang.toml}
+BUILD_MODEL=${GPU_SGLANG_MODEL:-1}
+DEADLINE_S=${GPU_SGLANG_DEADLINE_S:-570}
+SKIP_GATE=${GPU_SGLANG_SKIP_GATE:-0}
+SLOW_ARGS=${GPU_SGLANG_SLOW_ARGS---max-running-requests 32}
 MODEL_CACHE=${PERFGATE_MODEL_CACHE:-.perfgate-cache/models/cache}
 C256=gen-c256-in512-out128
 # Marks every process a stage starts (the server runs in its own session), so a stage stopped at
@@ -53,18 +53,18 @@ TAG=gpu_sglang
 # shellcheck source=benchmarks/_gpu_stage.sh
 source benchmarks/_gpu_stage.sh
 
-[ -f "$PROFILE" ] || { say "no profile $PROFILE (SGL_PROFILE)"; exit 2; }
+[ -f "$PROFILE" ] || { say "no profile $PROFILE (GPU_SGLANG_PROFILE)"; exit 2; }
 if [ -z "$SLOW_ARGS" ]; then
-    say "SGL_SLOW_ARGS is empty: the regress stage needs server flags that make it slower"
+    say "GPU_SGLANG_SLOW_ARGS is empty: the regress stage needs server flags that make it slower"
     exit 2
 fi
-if [ -n "${SGL_BUNDLE:-}" ]; then
-    if [ ! -f "$SGL_BUNDLE/env.sh" ] || [ ! -d "$SGL_BUNDLE/site" ]; then
-        say "SGL_BUNDLE=$SGL_BUNDLE holds no env.sh and site/: run the bundle's join.sh there first"
+if [ -n "${GPU_SGLANG_BUNDLE:-}" ]; then
+    if [ ! -f "$GPU_SGLANG_BUNDLE/env.sh" ] || [ ! -d "$GPU_SGLANG_BUNDLE/site" ]; then
+        say "GPU_SGLANG_BUNDLE=$GPU_SGLANG_BUNDLE holds no env.sh and site/: run the bundle's join.sh there first"
         exit 2
     fi
     # shellcheck disable=SC1091
-    source "$SGL_BUNDLE/env.sh"
+    source "$GPU_SGLANG_BUNDLE/env.sh"
 fi
 
 rm -rf "$WORK/record" "$WORK/gate" "$WORK/regress" "$WORK/baselines"
@@ -106,7 +106,7 @@ trap reap EXIT
 
 PYTEST=("$PY" -m pytest perf_tests "${PLUGIN[@]}" -rA --perf-profile "$PROFILE" --perf-baselines "$WORK/baselines")
 
-NOISE_BOOTS=${SGL_NOISE_BOOTS:-0}
+NOISE_BOOTS=${GPU_SGLANG_NOISE_BOOTS:-0}
 if [ "$NOISE_BOOTS" -gt 0 ] 2>/dev/null; then
     rm -rf "$WORK"/boot-*
     nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,clocks_throttle_reasons.active \
@@ -126,11 +126,11 @@ fi
 
 run_stage record 240 "${PYTEST[@]}" --perf-update-baselines
 if [ "$SKIP_GATE" = 1 ]; then
-    say "gate: skipped (SGL_SKIP_GATE=1)"
+    say "gate: skipped (GPU_SGLANG_SKIP_GATE=1)"
 else
     run_stage gate 220 "${PYTEST[@]}"
 fi
-# The slower server: the profile's own server with SGL_SLOW_ARGS appended, booted by perfgate's
+# The slower server: the profile's own server with GPU_SGLANG_SLOW_ARGS appended, booted by perfgate's
 # start_server (its readiness, logs and teardown), then the gate attached to it.
 run_stage regress 240 "$PY" - "$PROFILE" "$SLOW_ARGS" "$WORK/regress/server" "$C256" "${PYTEST[@]}" <<'EOF'
 import shlex, subprocess, sys

@@ -1,7 +1,7 @@
 """benchmarks/gpu_sglang.sh on CPU: its stages against the simulator, its refusals, its report.
 
 The script is written for a GPU host with SGLang; everything but the model build and the server
-kind is the same against perfgate's simulator (SGL_PROFILE, SGL_MODEL=0), so its stage logic,
+kind is the same against perfgate's simulator (GPU_SGLANG_PROFILE, GPU_SGLANG_MODEL=0), so its stage logic,
 the attached slower server and the expectations it reads from JUnit and the results JSON are
 checked here, where CI runs.
 """
@@ -83,8 +83,8 @@ def run_script(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     full = {
         **os.environ,
         "PYTHON": sys.executable,
-        "SGL_MODEL": "0",
-        "SGL_PROFILE": str(profile),
+        "GPU_SGLANG_MODEL": "0",
+        "GPU_SGLANG_PROFILE": str(profile),
         "PERFGATE_LOCK_DIR": str(tmp_path / "locks"),
         **env,
     }
@@ -111,9 +111,12 @@ def test_every_stage_on_the_simulator(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"SGL_BUNDLE": "/nonexistent"}, "SGL_BUNDLE=/nonexistent holds no env.sh and site/: run the bundle's join.sh"),
-        ({"SGL_SLOW_ARGS": ""}, "SGL_SLOW_ARGS is empty"),
-        ({"SGL_PROFILE": "/nonexistent.toml"}, "no profile /nonexistent.toml (SGL_PROFILE)"),
+        (
+            {"GPU_SGLANG_BUNDLE": "/nonexistent"},
+            "GPU_SGLANG_BUNDLE=/nonexistent holds no env.sh and site/: run the bundle's join.sh",
+        ),
+        ({"GPU_SGLANG_SLOW_ARGS": ""}, "GPU_SGLANG_SLOW_ARGS is empty"),
+        ({"GPU_SGLANG_PROFILE": "/nonexistent.toml"}, "no profile /nonexistent.toml (GPU_SGLANG_PROFILE)"),
     ],
 )
 def test_refusals_before_anything_runs(tmp_path: Path, env: dict[str, str], message: str) -> None:
