@@ -52,7 +52,9 @@ RUN_ID="gpu-e2e-$$-$(date +%s)"
 # Only the regress stage may carry the injected regression.
 unset PERFGATE_TSERVE_EXTRA_ARGS
 
-say() { echo "[gpu_e2e $(date -u +%H:%M:%S) +${SECONDS}s] $*"; }
+TAG=gpu_e2e
+# shellcheck source=benchmarks/_gpu_stage.sh
+source benchmarks/_gpu_stage.sh
 
 if [ "$NEIGHBOUR" != 1 ] && [ -z "$SLOW_ARGS" ]; then
     say "no regression to inject: set E2E_NEIGHBOUR=1 or E2E_SLOW_ARGS"
@@ -87,52 +89,12 @@ except ImportError:
     print('matplotlib missing (no plots)')" || { say "a needed package does not import"; exit 2; }
 
 say "model: hidden 4096, 24 layers, 32 heads, FFN 11008, bf16 (cache $MODEL_CACHE)"
-MODEL_DIR=$("$PY" - "$MODEL_CACHE" <<'EOF'
-import contextlib, sys, time
-import torch
-from perfgate.testing import ensure_tiny_model
-t0 = time.monotonic()
-# Random initialisation of 4.9 B parameters takes minutes on a few CPU cores and seconds on a GPU.
-where = torch.device("cuda") if torch.cuda.is_available() else contextlib.nullcontext()
-with where:
-    path = ensure_tiny_model(sys.argv[1], size="gpu", hidden_size=4096, num_layers=24, num_heads=32, intermediate_size=11008)
-print(f"model ready in {time.monotonic() - t0:.1f} s: {path}", file=sys.stderr)
-print(path.resolve())
-EOF
-) || { say "model build failed"; exit 2; }
-ln -sfn "$MODEL_DIR" "$MODEL_LINK"
-du -sh "$MODEL_DIR"
+build_model "$MODEL_CACHE" "$MODEL_LINK" '{"hidden_size": 4096, "num_layers": 24, "num_heads": 32, "intermediate_size": 11008}' \
+    || { say "model build failed"; exit 2; }
 
-reap() {
-    local p
-    for p in /proc/[0-9]*; do
-        if { tr '\0' '\n' <"$p/environ"; } 2>/dev/null | grep -qx "PERFGATE_E2E_RUN=$RUN_ID"; then
-            say "stopping leftover process ${p#/proc/}: $(tr '\0' ' ' <"$p/cmdline" | cut -c1-120)"
-            kill -9 "${p#/proc/}" 2>/dev/null
-        fi
-    done
-}
 trap reap EXIT
 
-# run_stage NAME MAX_S [pytest args...]: one pytest session, bounded by the remaining budget.
-run_stage() {
-    local name=$1 max_s=$2 left
-    shift 2
-    left=$((DEADLINE_S - SECONDS - 10))
-    [ "$left" -lt "$max_s" ] && max_s=$left
-    if [ "$max_s" -lt 60 ]; then
-        say "$name: skipped, only ${left}s of the budget left"
-        return
-    fi
-    mkdir -p "$WORK/$name"
-    say "$name: pytest (at most ${max_s}s) $*"
-    # SIGINT first: pytest then tears the server down itself.
-    timeout -s INT -k 30 "$max_s" env PERFGATE_E2E_RUN="$RUN_ID" PYTHONUNBUFFERED=1 \
-        "$PY" -m pytest perf_tests "${PLUGIN[@]}" -rA --perf-profile "$PROFILE" --perf-baselines "$WORK/baselines" \
-        --perf-results "$WORK/$name" --junitxml "$WORK/$name/junit.xml" "$@"
-    say "$name: pytest exit status $?"
-    reap
-}
+PYTEST=("$PY" -m pytest perf_tests "${PLUGIN[@]}" -rA --perf-profile "$PROFILE" --perf-baselines "$WORK/baselines")
 
 # A bf16 matmul loop on the server's GPU (index 0 in the profile), marked like a stage's processes
 # so reap stops it with the stage.
@@ -151,115 +113,33 @@ while True:
 EOF
 }
 
-run_stage record 200 --perf-update-baselines
+run_stage record 200 "${PYTEST[@]}" --perf-update-baselines
 if [ "$SKIP_GATE" = 1 ]; then
     say "gate: skipped (E2E_SKIP_GATE=1)"
 else
-    run_stage gate 170
+    run_stage gate 170 "${PYTEST[@]}"
 fi
 [ "$NEIGHBOUR" = 1 ] && start_neighbour
 [ -n "$SLOW_ARGS" ] && export PERFGATE_TSERVE_EXTRA_ARGS="$SLOW_ARGS"
-run_stage regress 220 -k prefill-c256
+run_stage regress 220 "${PYTEST[@]}" -k prefill-c256
 unset PERFGATE_TSERVE_EXTRA_ARGS
 
 say "checking expectations"
-"$PY" - "$WORK" "$SLOW_ARGS" "$NEIGHBOUR" "$SKIP_GATE" <<'EOF'
-import glob, json, sys
-import xml.etree.ElementTree as ET
-
-work, slow_args, neighbour, skip_gate = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4] == "1"
-FIGURES = (
-    "output_throughput", "total_throughput", "mean_tpot_ms", "p99_tpot_ms", "mean_ttft_ms",
-    "steady_window_s", "steady_output_throughput", "steady_mean_tpot_ms", "concurrency", "completed", "failed",
-    "gpu_power_mean_w", "gpu_power_min_w", "energy_j", "output_tokens_per_j",
-    "tensor_util_min_pct", "sm_util_min_pct", "dram_util_mean_pct", "util_gpu_mean_pct",
-)
-
-
-def outcomes(stage):
-    """test id -> (outcome, message) from the stage's JUnit XML."""
-    try:
-        root = ET.parse(f"{work}/{stage}/junit.xml").getroot()
-    except (OSError, ET.ParseError):
-        return {}
-    out = {}
-    for case in root.iter("testcase"):
-        status, message = "passed", ""
-        for tag in ("failure", "error", "skipped"):
-            node = case.find(tag)
-            if node is not None:
-                status, message = tag, (node.get("message") or node.text or "").strip()
-        out[case.get("name")] = (status, message)
-    return out
-
-
-def results(stage):
-    paths = sorted(glob.glob(f"{work}/{stage}/results-*.json"))
-    return json.load(open(paths[-1])) if paths else None
-
-
-report = {"regression": {"server_args": slow_args, "gpu_neighbour": neighbour}, "gate_skipped": skip_gate, "stages": {}}
-problems = []
+EXPECT=$("$PY" - "$SKIP_GATE" <<'EOF'
+import json, sys
+both = {"test_run_is_valid[prefill-c256]": "passed", "test_run_is_valid[light-c1]": "passed",
+        "test_throughput[prefill-c256]": "passed", "test_latency[prefill-c256]": "passed",
+        "test_gpu_power[prefill-c256]": "passed", "test_gpu_power[light-c1]": "failure"}
 expect = {
-    "record": {"test_run_is_valid[prefill-c256]": "passed", "test_run_is_valid[light-c1]": "passed",
-               "test_throughput[prefill-c256]": "passed", "test_latency[prefill-c256]": "passed",
-               "test_gpu_power[prefill-c256]": "passed", "test_gpu_power[light-c1]": "failure"},
-    "gate": {"test_run_is_valid[prefill-c256]": "passed", "test_run_is_valid[light-c1]": "passed",
-             "test_throughput[prefill-c256]": "passed", "test_latency[prefill-c256]": "passed",
-             "test_throughput[light-c1]": "passed", "test_latency[light-c1]": "passed",
-             "test_gpu_power[prefill-c256]": "passed", "test_gpu_power[light-c1]": "failure"},
+    "record": both,
+    "gate": both | {"test_throughput[light-c1]": "passed", "test_latency[light-c1]": "passed"},
     "regress": {"test_throughput[prefill-c256]": "failure"},
+    "_messages": {"regress": {"test_throughput[prefill-c256]": "throughput"}},
 }
-if skip_gate:
+if sys.argv[1] == "1":
     del expect["gate"]
-for stage, wanted in expect.items():
-    got = outcomes(stage)
-    doc = results(stage)
-    entry = {"tests": {k: v[0] for k, v in got.items()}, "messages": {k: v[1] for k, v in got.items() if v[0] != "passed"}}
-    if doc:
-        entry["gpus"] = [f"{g.get('name')} ({g.get('power_limit_w')} W limit)" for g in doc.get("gpus") or []]
-        entry["boot_s"] = (doc.get("server") or {}).get("boot_s")
-        entry["workloads"] = {}
-        for wl in doc["workloads"]:
-            rep = wl["repeats"][-1] if wl["repeats"] else {}
-            values = rep.get("values", {})
-            window = (rep.get("telemetry") or {}).get("window") or {}
-            figures = {k: round(values[k], 4) for k in FIGURES if values.get(k) is not None}
-            figures["power_method"] = [g.get("power_method") for g in window.get("gpus", [])]
-            figures["integrated_power_w"] = [g.get("integrated_power_w") for g in window.get("gpus", [])]
-            figures["errors"] = rep.get("errors", {})
-            first_error = next((r["error"] for r in rep.get("requests", []) if r.get("error")), "")
-            if first_error:
-                figures["first_error"] = first_error
-            figures["valid"] = wl["valid"]
-            figures["baseline"] = wl["baseline"]["note"] or wl["baseline"]["path"]
-            entry["workloads"][wl["workload"]] = figures
-        entry["errors"] = doc.get("errors", {})
-    else:
-        problems.append(f"{stage}: no results JSON (the stage did not finish)")
-    for test, status in wanted.items():
-        have = got.get(test, ("missing", ""))[0]
-        if have != status:
-            problems.append(f"{stage}: {test} is {have}, expected {status}")
-    report["stages"][stage] = entry
-
-reg = report["stages"].get("regress", {}).get("messages", {}).get("test_throughput[prefill-c256]", "")
-if reg and "throughput" not in reg:
-    problems.append(f"regress: test_throughput failed without a throughput message: {reg[:200]}")
-report["problems"] = problems
-report["ok"] = not problems
-
-print("\n==================== gpu_e2e summary ====================")
-for stage, entry in report["stages"].items():
-    print(f"--- {stage}: " + ", ".join(f"{t} {s}" for t, s in sorted(entry.get("tests", {}).items())))
-    for name, f in entry.get("workloads", {}).items():
-        print(f"  {name}: " + ", ".join(f"{k} {v}" for k, v in f.items() if k not in ("errors", "first_error")))
-        if f.get("first_error"):
-            print(f"    errors {f['errors']}; first: {f['first_error']}")
-    for test, msg in entry.get("messages", {}).items():
-        print(f"  {test}: {msg}")
-print("problems: " + ("; ".join(problems) if problems else "none"))
-print("RESULT: " + ("every expectation held" if not problems else "FAILED"))
-print(json.dumps(report, sort_keys=True))
-sys.exit(0 if not problems else 1)
+print(json.dumps(expect))
 EOF
+)
+CONTEXT=$("$PY" -c "import json, sys; print(json.dumps({'script': 'gpu_e2e', 'regression': {'server_args': sys.argv[1], 'gpu_neighbour': sys.argv[2] == '1'}, 'gate_skipped': sys.argv[3] == '1'}))" "$SLOW_ARGS" "$NEIGHBOUR" "$SKIP_GATE")
+"$PY" benchmarks/_gpu_report.py "$WORK" "$EXPECT" "$CONTEXT"

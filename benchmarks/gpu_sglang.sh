@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# perfgate end to end on a real NVIDIA GPU with the real PyPI SGLang (kind = "sglang"): a locally
+# built 680 M random Llama gated by perf_tests/test_serving.py under profiles/h200-sglang.toml.
+#
+#   GPU_SGLANG_BUNDLE=/var/tmp/sgb benchmarks/gpu_sglang.sh [WORK_DIR]   (default WORK_DIR: .perfgate-cache/gpu-sglang)
+#
+# GPU_SGLANG_BUNDLE is a joined bundle of python -m perfgate.testing.sglang_bundle (its chunk 1's join.sh
+# unpacks it and checks the imports); leave it unset where SGLang is installed already.
+# Steps, all inside one ~10-minute budget:
+#   1. build the model on the GPU (perfgate.testing, cached): hidden 2048, 16 layers, FFN 5632, bf16;
+#   2. record:  pytest perf_tests --perf-update-baselines      -> baselines in WORK_DIR/baselines;
+#   3. gate:    pytest perf_tests against those baselines      -> throughput/latency must pass;
+#   4. regress: a slower server (GPU_SGLANG_SLOW_ARGS, default --max-running-requests 32) started by
+#               perfgate's own start_server and attached with --perf-base-url, so the fingerprint
+#               is the profile's: test_throughput[gen-c256-in512-out128] must FAIL with perfgate's
+#               message. (A GPU co-tenant cannot be the regression here: perfgate rightly refuses
+#               to launch on a GPU another process holds.)
+#   In steps 2 and 3 light-c1 is the power-floor negative control: its test_gpu_power must FAIL
+#   while gen-c256 passes the same gpu_power_min_w floor; oai-c1024-in128-out64 is 1024 streams
+#   at once through /v1/completions, recorded in step 2 and gated in step 3.
+# Exit status 0 only when every expectation held; 2 when the host cannot run it. The last stdout
+# line is one JSON object (benchmarks/_gpu_report.py).
+#
+# Environment (GPU_SGLANG_*: SGLang itself reads, and warns about, every SGL_* variable):
+#   PYTHON         interpreter with torch (CUDA), perfgate's dependencies and SGLang (default: python3)
+#   GPU_SGLANG_BUNDLE     joined bundle directory (holds env.sh and site/), sourced first
+#   GPU_SGLANG_PROFILE    profile (default: profiles/h200-sglang.toml); its workload names are the expectations'
+#   GPU_SGLANG_MODEL      1 (default) builds the model and links it at the profile's model_path; 0 does not
+#   GPU_SGLANG_DEADLINE_S wall-clock budget of the whole script in seconds (default: 570)
+#   GPU_SGLANG_SKIP_GATE  1 skips step 3 (gate) and its expectations
+#   GPU_SGLANG_SLOW_ARGS  server flags of the regress stage's slower server (default: --max-running-requests 32)
+#   GPU_SGLANG_NOISE_BOOTS N > 0: instead of steps 2-4, boot the unchanged profile N times, one repeat of
+#                  gen-c256 each (stages boot-1 ... boot-N, each recording its own baselines), with
+#                  the GPU's clocks, power and temperature sampled every 0.5 s into WORK/gpu-clocks.csv:
+#                  the raw material of the boot-to-boot noise study (issue #20, item 3)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+WORK=${1:-.perfgate-cache/gpu-sglang}
+PY=${PYTHON:-python3}
+PROFILE=${GPU_SGLANG_PROFILE:-profiles/h200-sglang.toml}
+BUILD_MODEL=${GPU_SGLANG_MODEL:-1}
+DEADLINE_S=${GPU_SGLANG_DEADLINE_S:-570}
+SKIP_GATE=${GPU_SGLANG_SKIP_GATE:-0}
+SLOW_ARGS=${GPU_SGLANG_SLOW_ARGS---max-running-requests 32}
+MODEL_CACHE=${PERFGATE_MODEL_CACHE:-.perfgate-cache/models/cache}
+C256=gen-c256-in512-out128
+# Marks every process a stage starts (the server runs in its own session), so a stage stopped at
+# its time limit leaves nothing holding the GPU for the next one.
+RUN_ID="gpu-sglang-$$-$(date +%s)"
+
+TAG=gpu_sglang
+# shellcheck source=benchmarks/_gpu_stage.sh
+source benchmarks/_gpu_stage.sh
+
+[ -f "$PROFILE" ] || { say "no profile $PROFILE (GPU_SGLANG_PROFILE)"; exit 2; }
+if [ -z "$SLOW_ARGS" ]; then
+    say "GPU_SGLANG_SLOW_ARGS is empty: the regress stage needs server flags that make it slower"
+    exit 2
+fi
+if [ -n "${GPU_SGLANG_BUNDLE:-}" ]; then
+    if [ ! -f "$GPU_SGLANG_BUNDLE/env.sh" ] || [ ! -d "$GPU_SGLANG_BUNDLE/site" ]; then
+        say "GPU_SGLANG_BUNDLE=$GPU_SGLANG_BUNDLE holds no env.sh and site/: run the bundle's join.sh there first"
+        exit 2
+    fi
+    # shellcheck disable=SC1091
+    source "$GPU_SGLANG_BUNDLE/env.sh"
+fi
+
+rm -rf "$WORK/record" "$WORK/gate" "$WORK/regress" "$WORK/baselines"
+mkdir -p "$WORK"
+
+# An installed perfgate registers its plugin through its entry point; a source checkout needs -p.
+PLUGIN=()
+if ! "$PY" -c "import importlib.metadata as m; m.distribution('perfgate')" 2>/dev/null; then
+    export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+    PLUGIN=(-p perfgate.plugin)
+fi
+
+say "environment"
+if [ "$BUILD_MODEL" = 1 ]; then
+    nvidia-smi --query-gpu=index,name,driver_version,power.limit,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader \
+        || { say "no NVIDIA GPU"; exit 2; }
+fi
+"$PY" - "$PROFILE" <<'EOF' || { say "a needed package does not import, or the profile does not load"; exit 2; }
+import importlib.metadata as md, sys
+from perfgate.profile import load_profile
+profile = load_profile(sys.argv[1])
+kind = profile.server.kind
+print("profile", profile.name, "| server", kind, "| workloads", ", ".join(w.name for w in profile.workloads))
+if kind == "sglang":
+    import torch, transformers, sgl_kernel, sglang.srt.server_args
+    print("python", sys.version.split()[0], "| torch", torch.__version__, "| cuda", torch.cuda.is_available(),
+          "| sglang", md.version("sglang"), "| sglang-kernel", md.version("sglang-kernel"),
+          "| transformers", transformers.__version__, "| tokenizers", md.version("tokenizers"))
+EOF
+
+if [ "$BUILD_MODEL" = 1 ]; then
+    MODEL_LINK=$("$PY" -c "import sys; from perfgate.profile import load_profile; print(load_profile(sys.argv[1]).server.model_path)" "$PROFILE")
+    say "model: hidden 2048, 16 layers, 16 heads, FFN 5632, bf16 (cache $MODEL_CACHE) -> $MODEL_LINK"
+    build_model "$MODEL_CACHE" "$MODEL_LINK" '{"hidden_size": 2048, "num_layers": 16, "num_heads": 16, "intermediate_size": 5632}' \
+        || { say "model build failed"; exit 2; }
+fi
+
+trap reap EXIT
+
+PYTEST=("$PY" -m pytest perf_tests "${PLUGIN[@]}" -rA --perf-profile "$PROFILE" --perf-baselines "$WORK/baselines")
+
+NOISE_BOOTS=${GPU_SGLANG_NOISE_BOOTS:-0}
+if [ "$NOISE_BOOTS" -gt 0 ] 2>/dev/null; then
+    rm -rf "$WORK"/boot-*
+    nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,clocks_throttle_reasons.active \
+        --format=csv -lms 500 >"$WORK/gpu-clocks.csv" 2>&1 &
+    CLOCKS_PID=$!
+    expect="{"
+    for i in $(seq 1 "$NOISE_BOOTS"); do
+        run_stage "boot-$i" 150 "$PY" -m pytest perf_tests "${PLUGIN[@]}" -rA --perf-profile "$PROFILE" \
+            --perf-baselines "$WORK/boot-$i/baselines" --perf-update-baselines --perf-repeats=1 -k "$C256"
+        expect+="\"boot-$i\": {\"test_run_is_valid[$C256]\": \"passed\"},"
+    done
+    kill "$CLOCKS_PID" 2>/dev/null
+    CONTEXT=$("$PY" -c "import json, sys; print(json.dumps({'script': 'gpu_sglang noise', 'profile': sys.argv[1], 'boots': int(sys.argv[2]), 'wall_s': int(sys.argv[3])}))" "$PROFILE" "$NOISE_BOOTS" "$SECONDS")
+    "$PY" benchmarks/_gpu_report.py "$WORK" "${expect%,}}" "$CONTEXT"
+    exit $?
+fi
+
+run_stage record 240 "${PYTEST[@]}" --perf-update-baselines
+if [ "$SKIP_GATE" = 1 ]; then
+    say "gate: skipped (GPU_SGLANG_SKIP_GATE=1)"
+else
+    run_stage gate 220 "${PYTEST[@]}"
+fi
+# The slower server: the profile's own server with GPU_SGLANG_SLOW_ARGS appended, booted by perfgate's
+# start_server (its readiness, logs and teardown), then the gate attached to it.
+run_stage regress 240 "$PY" - "$PROFILE" "$SLOW_ARGS" "$WORK/regress/server" "$C256" "${PYTEST[@]}" <<'EOF'
+import shlex, subprocess, sys
+from contextlib import ExitStack
+from dataclasses import replace
+from pathlib import Path
+from perfgate.profile import load_profile
+from perfgate.server import start_server
+
+profile_path, slow_args, log_dir, workload, *pytest = sys.argv[1:]
+profile = load_profile(profile_path)
+spec = replace(profile.server, args=[*profile.server.args, *shlex.split(slow_args)])
+with ExitStack() as stack:
+    server = start_server(spec, log_dir=Path(log_dir), stack=stack)
+    print(f"[gpu_sglang] slower server ({slow_args}) ready in {server.boot_s:.1f} s at {server.base_url}", flush=True)
+    code = subprocess.call([*pytest, f"--perf-base-url={server.base_url}", "-k", workload])
+sys.exit(code)
+EOF
+
+say "checking expectations"
+EXPECT=$("$PY" - "$SKIP_GATE" "$C256" <<'EOF'
+import json, sys
+skip_gate, c256 = sys.argv[1] == "1", sys.argv[2]
+both = {f"test_run_is_valid[{w}]": "passed" for w in (c256, "light-c1", "oai-c1024-in128-out64")}
+both |= {f"test_gpu_power[{c256}]": "passed", "test_gpu_power[light-c1]": "failure"}
+gated = {f"test_{t}[{w}]": "passed" for t in ("throughput", "latency") for w in (c256, "oai-c1024-in128-out64")}
+expect = {
+    "record": both,
+    "gate": both | gated,
+    "regress": {f"test_throughput[{c256}]": "failure"},
+    "_messages": {"regress": {f"test_throughput[{c256}]": "output_throughput"}},
+}
+if skip_gate:
+    del expect["gate"]
+print(json.dumps(expect))
+EOF
+)
+CONTEXT=$("$PY" -c "import json, sys; print(json.dumps({'script': 'gpu_sglang', 'profile': sys.argv[1], 'regression': {'server_args': sys.argv[2], 'attached': True}, 'gate_skipped': sys.argv[3] == '1', 'wall_s': int(sys.argv[4])}))" "$PROFILE" "$SLOW_ARGS" "$SKIP_GATE" "$SECONDS")
+"$PY" benchmarks/_gpu_report.py "$WORK" "$EXPECT" "$CONTEXT"

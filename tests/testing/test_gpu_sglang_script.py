@@ -1,0 +1,160 @@
+"""benchmarks/gpu_sglang.sh on CPU: its stages against the simulator, its refusals, its report.
+
+The script is written for a GPU host with SGLang; everything but the model build and the server
+kind is the same against perfgate's simulator (GPU_SGLANG_PROFILE, GPU_SGLANG_MODEL=0), so its stage logic,
+the attached slower server and the expectations it reads from JUnit and the results JSON are
+checked here, where CI runs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "benchmarks" / "gpu_sglang.sh"
+
+# The profile's workload names (the script's expectations name them), on the simulator. light-c1's
+# floor is out of reach on purpose: it is the negative control that must fail; gen-c256's passes.
+SIM_PROFILE = """
+name = "gpu-sglang-sim"
+[server]
+kind = "simulator"
+model_path = "sim/llama"
+startup_timeout_s = 60
+shutdown_timeout_s = 10
+[server.sim]
+gpus = 1
+time_scale = 0.25
+startup_delay_s = 0.5
+max_running_requests = 256
+[telemetry]
+source = "dcgm"
+dcgm_endpoints = ["{base_url}/dcgm/metrics"]
+interval_s = 0.2
+require_power = true
+[gate]
+repeats = 2
+max_repeats = 2
+tolerance = { output_throughput = 0.3, total_throughput = 0.3, mean_tpot_ms = 1.0, p99_tpot_ms = 2.0 }
+client_max_lag_p99_ms = 2000
+[[workload]]
+name = "gen-c256-in512-out128"
+num_prompts = 512
+concurrency = 256
+input_len = 64
+output_len = 32
+warmup_requests = 16
+[workload.floors]
+gpu_power_min_w = 50
+[[workload]]
+name = "light-c1"
+num_prompts = 8
+concurrency = 1
+input_len = 64
+output_len = 16
+warmup_requests = 1
+repeats = 1
+tolerance = { output_throughput = 1.0, total_throughput = 1.0, mean_tpot_ms = 3.0, p99_tpot_ms = 5.0 }
+[workload.floors]
+gpu_power_min_w = 100000
+[[workload]]
+name = "oai-c1024-in128-out64"
+backend = "openai-completions"
+num_prompts = 512
+concurrency = 512
+input_len = 64
+output_len = 16
+warmup_requests = 16
+repeats = 1
+tolerance = { output_throughput = 1.0, total_throughput = 1.0, mean_tpot_ms = 3.0, p99_tpot_ms = 5.0 }
+"""
+
+
+def run_script(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    profile = tmp_path / "sim.toml"
+    profile.write_text(SIM_PROFILE)
+    full = {
+        **os.environ,
+        "PYTHON": sys.executable,
+        "GPU_SGLANG_MODEL": "0",
+        "GPU_SGLANG_PROFILE": str(profile),
+        "PERFGATE_LOCK_DIR": str(tmp_path / "locks"),
+        **env,
+    }
+    return subprocess.run(
+        ["bash", str(SCRIPT), str(tmp_path / "work")], capture_output=True, text=True, env=full, timeout=400
+    )
+
+
+def test_every_stage_on_the_simulator(tmp_path: Path) -> None:
+    proc = run_script(tmp_path)
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert proc.returncode == 0, (report["problems"], proc.stdout[-3000:], proc.stderr[-2000:])
+    assert report["ok"] and report["problems"] == []
+    stages = report["stages"]
+    assert stages["record"]["tests"]["test_gpu_power[light-c1]"] == "failure"
+    assert stages["gate"]["tests"]["test_throughput[oai-c1024-in128-out64]"] == "passed"
+    message = stages["regress"]["messages"]["test_throughput[gen-c256-in512-out128]"]
+    assert "output_throughput" in message and "< limit" in message
+    # The slower server was attached: the regress stage ran only the c256 workload.
+    assert set(stages["regress"]["workloads"]) == {"gen-c256-in512-out128"}
+    assert report["regression"] == {"server_args": "--max-running-requests 32", "attached": True}
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (
+            {"GPU_SGLANG_BUNDLE": "/nonexistent"},
+            "GPU_SGLANG_BUNDLE=/nonexistent holds no env.sh and site/: run the bundle's join.sh",
+        ),
+        ({"GPU_SGLANG_SLOW_ARGS": ""}, "GPU_SGLANG_SLOW_ARGS is empty"),
+        ({"GPU_SGLANG_PROFILE": "/nonexistent.toml"}, "no profile /nonexistent.toml (GPU_SGLANG_PROFILE)"),
+    ],
+)
+def test_refusals_before_anything_runs(tmp_path: Path, env: dict[str, str], message: str) -> None:
+    proc = run_script(tmp_path, **env)
+    assert proc.returncode == 2
+    assert message in proc.stdout
+    assert not (tmp_path / "work" / "record").exists()
+
+
+def _report_module() -> object:
+    spec = importlib.util.spec_from_file_location("gpu_report", REPO / "benchmarks" / "_gpu_report.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_report_names_each_expectation_that_did_not_hold(tmp_path: Path) -> None:
+    stage = tmp_path / "gate"
+    stage.mkdir()
+    (stage / "junit.xml").write_text(
+        '<testsuites><testsuite><testcase name="test_throughput[a]"/>'
+        '<testcase name="test_gpu_power[b]"><failure message="b: gpu_power_min_w 10 W &lt; floor"/></testcase>'
+        '<testcase name="test_throughput[c]"><failure message="c: mean_tpot_ms worse"/></testcase>'
+        "</testsuite></testsuites>"
+    )
+    report = _report_module().check(  # type: ignore[attr-defined]
+        str(tmp_path),
+        {
+            "gate": {"test_throughput[a]": "failure", "test_gpu_power[b]": "failure", "test_missing[x]": "passed"},
+            "_messages": {"gate": {"test_throughput[c]": "output_throughput"}},
+        },
+        {},
+    )
+    assert report["ok"] is False
+    assert report["problems"] == [
+        "gate: no results JSON (the stage did not finish)",
+        "gate: test_throughput[a] is passed, expected failure",
+        "gate: test_missing[x] is missing, expected passed",
+        "gate: test_throughput[c] failed without 'output_throughput' in its message: c: mean_tpot_ms worse",
+    ]
