@@ -1,0 +1,359 @@
+"""How each API is asked for greedy tokens with their logprobs, and for the logprobs of given tokens.
+
+- SGLang's native ``/generate``: ``return_logprob``, ``top_logprobs_num``; teacher-forced scoring
+  sends ``input_ids = prompt + tokens`` with ``logprob_start_len = len(prompt)`` and one new token,
+  and reads ``meta_info.input_token_logprobs`` / ``input_top_logprobs`` ([logprob, id, text] each).
+- OpenAI ``/v1/completions`` (vLLM, SGLang): ``logprobs = k`` and, for scoring, ``echo`` with the
+  prompt's logprobs; tokens come back named ``token_id:<id>`` (``return_tokens_as_token_ids``).
+- OpenAI ``/v1/chat/completions``: ``logprobs`` and ``top_logprobs``; no way to score given
+  tokens, so only the positions before a prompt's first divergence are compared there.
+
+Every answer is checked for its shape; anything unexpected is a :class:`CorrectnessError` naming
+the route, the prompt and the field, never a KeyError. A logprob the server sends as ``null``
+where one is due reads as NaN: a degenerate answer, not a parse error.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+import httpx
+
+from perfgate.correctness._spec import TOP_LOGPROBS, Api, Prompt
+from perfgate.errors import CorrectnessError
+
+
+@dataclass(frozen=True)
+class Position:
+    """One scored token: its logprob, and the server's ``top`` tokens there, most likely first."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+    @property
+    def argmax(self) -> int | None:
+        return self.top[0][0] if self.top else None
+
+    def margin(self) -> float | None:
+        """How far the most likely token leads the runner-up (nats); None when not known."""
+        if len(self.top) < 2:
+            return None
+        return self.top[0][1] - self.top[1][1]
+
+
+# How vLLM answers a request whose logprobs are NaN or infinite: HTTP 400 (the server stays up).
+_NONFINITE_400 = "Out of range float values are not JSON compliant"
+
+
+class NonFiniteAnswer(Exception):
+    """The server computed NaN or infinite logprobs and refused to serialise them."""
+
+
+class ProbeClient(Protocol):
+    """One server's probe API."""
+
+    api: Api
+    can_score: bool
+    """Whether :meth:`score` works (teacher forcing); chat cannot."""
+
+    async def generate(self, prompt: Prompt, n: int) -> list[Position]:
+        """``n`` greedy tokens (temperature 0, EOS ignored) after ``prompt``."""
+        ...
+
+    async def score(self, prompt: Prompt, tokens: Sequence[int]) -> list[Position]:
+        """The logprob of each of ``tokens`` given ``prompt`` and the tokens before it."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+def _number(value: Any) -> float:
+    if value is None:
+        return math.nan
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"a logprob must be a number, got {value!r}")
+    return float(value)
+
+
+def _token(value: Any) -> int:
+    """A token id, or the ``token_id:<id>`` name vLLM's return_tokens_as_token_ids gives."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.startswith("token_id:"):
+        try:
+            return int(value.removeprefix("token_id:"))
+        except ValueError:
+            pass
+    raise TypeError(
+        f"expected a token id (or 'token_id:<id>'), got {value!r}: the server names tokens by their text; "
+        "it must honour return_tokens_as_token_ids"
+    )
+
+
+def _list(value: Any, what: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise TypeError(f"{what} must be a list, got {type(value).__name__}")
+    return value
+
+
+class _Http:
+    def __init__(self, base_url: str, api_key_env: str, timeout_s: float) -> None:
+        headers = {}
+        key = os.environ.get(api_key_env, "") if api_key_env else ""
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        self.base_url = base_url.rstrip("/")
+        self._client = httpx.AsyncClient(headers=headers, timeout=timeout_s)
+
+    async def post(self, path: str, body: dict[str, Any], prompt: Prompt) -> dict[str, Any]:
+        url = self.base_url + path
+        try:
+            r = await self._client.post(url, json=body)
+        except httpx.HTTPError as e:
+            raise CorrectnessError(f"correctness probe: {path} for prompt {prompt.index} failed: {e!r}") from None
+        if r.status_code == 400 and _NONFINITE_400 in r.text:
+            raise NonFiniteAnswer(r.text[:300])
+        if r.status_code != 200:
+            raise CorrectnessError(
+                f"correctness probe: {path} answered HTTP {r.status_code} for prompt {prompt.index}: "
+                f"{r.text[:300]!r}; the server must return logprobs for the probe ([correctness] api, or "
+                "enabled = false with a reason)"
+            )
+        try:
+            data = r.json()
+        except ValueError as e:
+            raise CorrectnessError(
+                f"correctness probe: {path} answer for prompt {prompt.index} is not JSON ({e})"
+            ) from None
+        if not isinstance(data, dict):
+            raise CorrectnessError(f"correctness probe: {path} answer for prompt {prompt.index} is not a JSON object")
+        return data
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+def _shape_error(path: str, prompt: Prompt, e: Exception) -> CorrectnessError:
+    what = f"missing field {e}" if isinstance(e, KeyError) else str(e)
+    return CorrectnessError(
+        f"correctness probe: cannot read the {path} answer for prompt {prompt.index} ({what}); see "
+        "docs/correctness.md for the answer shapes the probe reads"
+    )
+
+
+class SGLangClient(_Http):
+    """SGLang's native ``/generate``."""
+
+    api: Api = "sglang"
+    can_score = True
+    _PATH = "/generate"
+
+    @staticmethod
+    def _positions(entries: list[Any], tops: list[Any] | None) -> list[Position]:
+        out = []
+        for i, entry in enumerate(entries):
+            e = _list(entry, f"logprob entry {i}")
+            if len(e) < 2:
+                raise ValueError(f"logprob entry {i} must be [logprob, token id, text], got {e!r}")
+            top: tuple[tuple[int, float], ...] = ()
+            if tops is not None and i < len(tops) and tops[i] is not None:
+                top = tuple((_token(t[1]), _number(t[0])) for t in _list(tops[i], f"top logprobs {i}"))
+            out.append(Position(_token(e[1]), _number(e[0]), top))
+        return out
+
+    async def generate(self, prompt: Prompt, n: int) -> list[Position]:
+        body = {
+            "input_ids": list(prompt.ids),
+            "sampling_params": {"temperature": 0.0, "max_new_tokens": n, "ignore_eos": True},
+            "return_logprob": True,
+            "top_logprobs_num": TOP_LOGPROBS,
+            "logprob_start_len": -1,
+            "stream": False,
+        }
+        data = await self.post(self._PATH, body, prompt)
+        try:
+            meta = data["meta_info"]
+            entries = _list(meta["output_token_logprobs"], "meta_info.output_token_logprobs")
+            positions = self._positions(entries, meta.get("output_top_logprobs"))
+            ids = data.get("output_ids")
+            if ids is not None and [_token(t) for t in _list(ids, "output_ids")] != [p.token for p in positions]:
+                raise ValueError("output_ids and output_token_logprobs name different tokens")
+        except (KeyError, TypeError, ValueError) as e:
+            raise _shape_error(self._PATH, prompt, e) from None
+        return positions
+
+    async def score(self, prompt: Prompt, tokens: Sequence[int]) -> list[Position]:
+        ids = [*prompt.ids, *tokens]
+        body = {
+            "input_ids": ids,
+            "sampling_params": {"temperature": 0.0, "max_new_tokens": 1, "ignore_eos": True},
+            "return_logprob": True,
+            "top_logprobs_num": 1,
+            # From the prompt's last token: whether a server's first scored entry is the one at the
+            # offset (and whether it has a logprob) differs; _tail takes the tokens' own entries.
+            "logprob_start_len": max(0, len(prompt.ids) - 1),
+            "stream": False,
+        }
+        data = await self.post(self._PATH, body, prompt)
+        try:
+            meta = data["meta_info"]
+            entries = _list(meta["input_token_logprobs"], "meta_info.input_token_logprobs")
+            tops = meta.get("input_top_logprobs")
+            positions = self._positions(entries, _list(tops, "input_top_logprobs") if tops is not None else None)
+        except (KeyError, TypeError, ValueError) as e:
+            raise _shape_error(self._PATH, prompt, e) from None
+        return _tail(positions, tokens, self._PATH, prompt, zeroes_one_id=True)
+
+
+def _tail(
+    positions: list[Position], tokens: Sequence[int], path: str, prompt: Prompt, *, zeroes_one_id: bool = False
+) -> list[Position]:
+    """The positions of ``tokens`` at the end of ``positions`` (servers differ on whether the first
+    scored position is the one at the start offset or the one after it): their ids must match.
+
+    ``zeroes_one_id``: SGLang (0.5.12 to 0.5.17 at least) reports the vocabulary's last id as 0 in
+    ``input_token_logprobs`` (``x if x < vocab_size - 1 else 0``, meant to clip image hashes), while
+    its logprob is that token's. So a 0 where one and the same id was sent at every such position
+    is that id; any other difference is a server that scored something else.
+    """
+    n = len(tokens)
+    got = positions[-n:] if n else []
+    if len(got) == n:
+        wrong = [i for i, (p, t) in enumerate(zip(got, tokens, strict=True)) if p.token != t]
+        if zeroes_one_id and wrong and all(got[i].token == 0 for i in wrong) and len({tokens[i] for i in wrong}) == 1:
+            got = [replace(p, token=tokens[i]) if i in wrong else p for i, p in enumerate(got)]
+            wrong = []
+        if not wrong:
+            return got
+        i = wrong[0]
+        detail = f"; first at output position {i}: sent {tokens[i]}, scored {got[i].token} ({len(wrong)} of {n} differ)"
+    else:
+        detail = ""
+    raise CorrectnessError(
+        f"correctness probe: {path} scored other tokens than it was sent for prompt {prompt.index} "
+        f"({len(positions)} positions; the last {n} should be the reference's output{detail}): the server does "
+        "not score prompt tokens as the probe asks"
+    )
+
+
+class _OpenAIHttp(_Http):
+    """The OpenAI APIs name the served model in every request."""
+
+    def __init__(self, base_url: str, model: str, api_key_env: str, timeout_s: float) -> None:
+        super().__init__(base_url, api_key_env, timeout_s)
+        self.model = model
+
+
+class CompletionsClient(_OpenAIHttp):
+    """OpenAI ``/v1/completions`` with token-id prompts."""
+
+    api: Api = "openai-completions"
+    can_score = True
+    _PATH = "/v1/completions"
+
+    @staticmethod
+    def _positions(logprobs: Any) -> list[Position]:
+        if not isinstance(logprobs, dict):
+            raise TypeError("choices[0].logprobs must be an object")
+        tokens = _list(logprobs["tokens"], "logprobs.tokens")
+        values = _list(logprobs["token_logprobs"], "logprobs.token_logprobs")
+        tops = logprobs.get("top_logprobs")
+        if len(values) != len(tokens):
+            raise ValueError("logprobs.tokens and logprobs.token_logprobs differ in length")
+        out = []
+        for i, (t, lp) in enumerate(zip(tokens, values, strict=True)):
+            top: tuple[tuple[int, float], ...] = ()
+            if isinstance(tops, list) and i < len(tops) and isinstance(tops[i], dict):
+                ranked = sorted(((_token(k), _number(v)) for k, v in tops[i].items()), key=lambda x: -x[1])
+                top = tuple(ranked)
+            out.append(Position(_token(t), _number(lp), top))
+        return out
+
+    def _body(self, prompt: list[int], n: int, top: int, echo: bool) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "prompt": prompt,
+            "max_tokens": n,
+            "temperature": 0.0,
+            "logprobs": top,
+            "echo": echo,
+            "ignore_eos": True,
+            "return_tokens_as_token_ids": True,
+            "stream": False,
+        }
+
+    async def _choice_logprobs(self, body: dict[str, Any], prompt: Prompt) -> list[Position]:
+        data = await self.post(self._PATH, body, prompt)
+        try:
+            choices = _list(data["choices"], "choices")
+            if not choices or not isinstance(choices[0], dict):
+                raise ValueError("choices is empty")
+            return self._positions(choices[0]["logprobs"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise _shape_error(self._PATH, prompt, e) from None
+
+    async def generate(self, prompt: Prompt, n: int) -> list[Position]:
+        positions = await self._choice_logprobs(self._body(list(prompt.ids), n, TOP_LOGPROBS, False), prompt)
+        if len(positions) != n:
+            raise CorrectnessError(
+                f"correctness probe: {self._PATH} gave {len(positions)} tokens for prompt {prompt.index}, "
+                f"asked for {n} (ignore_eos must be honoured)"
+            )
+        return positions
+
+    async def score(self, prompt: Prompt, tokens: Sequence[int]) -> list[Position]:
+        ids = [*prompt.ids, *tokens]
+        positions = await self._choice_logprobs(self._body(ids, 1, 1, True), prompt)
+        # Echoed: the prompt, the given tokens, then the one generated token.
+        return _tail(positions[: len(ids)], tokens, self._PATH, prompt)
+
+
+class ChatClient(_OpenAIHttp):
+    """OpenAI ``/v1/chat/completions``: greedy tokens and their logprobs only."""
+
+    api: Api = "openai-chat"
+    can_score = False
+    _PATH = "/v1/chat/completions"
+
+    async def generate(self, prompt: Prompt, n: int) -> list[Position]:
+        body = {
+            "model": self.model,
+            "messages": [{"role": "user", "content": prompt.text}],
+            "max_tokens": n,
+            "temperature": 0.0,
+            "logprobs": True,
+            "top_logprobs": TOP_LOGPROBS,
+            "ignore_eos": True,
+            "return_tokens_as_token_ids": True,
+            "stream": False,
+        }
+        data = await self.post(self._PATH, body, prompt)
+        try:
+            choice = _list(data["choices"], "choices")[0]
+            content = _list(choice["logprobs"]["content"], "choices[0].logprobs.content")
+            out = []
+            for entry in content:
+                top = tuple(
+                    (_token(t["token"]), _number(t["logprob"])) for t in _list(entry.get("top_logprobs", []), "top")
+                )
+                out.append(Position(_token(entry["token"]), _number(entry["logprob"]), top))
+        except (KeyError, IndexError, TypeError, ValueError) as e:
+            raise _shape_error(self._PATH, prompt, e) from None
+        return out
+
+    async def score(self, prompt: Prompt, tokens: Sequence[int]) -> list[Position]:
+        raise CorrectnessError("correctness probe: the chat API cannot score given tokens")
+
+
+def open_client(api: Api, base_url: str, *, model: str, api_key_env: str = "", timeout_s: float = 120.0) -> ProbeClient:
+    """The probe client for ``api`` at ``base_url`` (``model``: the served name, for the OpenAI APIs)."""
+    if api == "sglang":
+        return SGLangClient(base_url, api_key_env, timeout_s)
+    if api == "openai-completions":
+        return CompletionsClient(base_url, model, api_key_env, timeout_s)
+    return ChatClient(base_url, model, api_key_env, timeout_s)
