@@ -1,0 +1,108 @@
+"""The session's side of explain: run the slice after a workload's verdict, store or compare its table."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from perfgate._files import reserve_dir
+from perfgate._names import file_stem, path_in
+from perfgate.baseline import BaselineStore
+from perfgate.errors import BaselineError, PerfgateError
+from perfgate.explain import TABLE_KIND, ExplainError, ExplainResult, compare, read_table, run_slice
+from perfgate.gpu import Hardware
+from perfgate.load import LoadRun, Progress
+from perfgate.profile import Profile, Workload
+from perfgate.server import RunningServer
+from perfgate.session._options import SessionOptions
+from perfgate.session._result import RepeatResult, WorkloadResult
+
+
+class Session(Protocol):
+    """What the explain slice needs of a gate session (a structural type: no import of the
+    session module, which calls this one)."""
+
+    profile: Profile
+    options: SessionOptions
+    store: BaselineStore
+
+    def server(self) -> RunningServer: ...
+
+    def hardware(self) -> Hardware: ...
+
+    def repeat_fn(
+        self, workload: Workload, repeats: list[RepeatResult], on_progress: Callable[[Progress], None] | None
+    ) -> Callable[[], None]: ...
+
+
+def explain_workload(session: Session, workload: Workload, result: WorkloadResult) -> ExplainResult:
+    """Profile an extra repeat of ``workload``; when recording, store its table with the baseline just
+    recorded; when gating, compare it with the stored one. Never raises: what fails is a note."""
+    spec = session.profile.explain
+    server = session.server()
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    try:
+        # Absolute: the server writes into it, from its own working directory.
+        folder = reserve_dir(
+            path_in(session.options.log_dir.absolute(), "explain"), f"{file_stem(workload.name)}-{stamp}"
+        )
+    except OSError as e:
+        return ExplainResult(note=f"no folder for the profile under {session.options.log_dir} ({e.strerror or e})")
+    extra: list[RepeatResult] = []
+
+    def run_repeat(on_progress: Callable[[Progress], None]) -> LoadRun:
+        session.repeat_fn(workload, extra, on_progress)()
+        return extra[-1].load
+
+    gpus = session.hardware().gpu_count
+    try:
+        res = run_slice(
+            run_repeat,
+            base_url=server.base_url,
+            spec=spec,
+            folder=folder,
+            # A CPU engine's torch has no CUDA activity to record.
+            activities=["CPU", "GPU"] if gpus else ["CPU"],
+            headers=_admin_headers(session),
+        )
+    except PerfgateError as e:
+        return ExplainResult(note=f"the extra repeat failed: {e}")
+    if extra:
+        res.slice_metrics = extra[-1].flat_metrics()
+    fingerprint = result.fingerprint
+    if fingerprint is None or res.table is None or session.options.measure_only:
+        return res
+    store, profile = session.store, session.profile.name
+    if session.options.update_baselines:
+        if not result.recorded:
+            res.notes.append("not stored as the reference profile: the baseline was not recorded")
+            return res
+        try:
+            path = store.save_sidecar(
+                profile, workload.name, fingerprint, TABLE_KIND, json.dumps(res.table.to_dict(), indent=1) + "\n"
+            )
+        except BaselineError as e:
+            res.notes.append(f"not stored as the reference profile: {e}")
+            return res
+        res.reference_path = str(path)
+        res.notes.append("stored as the reference profile of the baseline")
+        return res
+    path = store.sidecar_path(profile, workload.name, fingerprint, TABLE_KIND)
+    try:
+        reference = read_table(path)
+    except ExplainError as e:
+        res.note = str(e)
+        return res
+    compare(res, reference, str(path) if reference is not None else "")
+    return res
+
+
+def _admin_headers(session: Session) -> dict[str, str]:
+    """The bearer token /start_profile needs where the server guards its admin endpoints."""
+    server = session.profile.server
+    name = server.admin_api_key_env or server.api_key_env
+    token = os.environ.get(name, "") if name else ""
+    return {"Authorization": f"Bearer {token}"} if token else {}
