@@ -65,6 +65,43 @@ def results(work: str, stage: str) -> dict[str, Any] | None:
     return doc
 
 
+def explain_entry(ex: dict[str, Any], top: int = 5) -> dict[str, Any]:
+    """A workload's explain slice in brief: its table's top rows, the diff's top rows, the costs."""
+    table = ex.get("table") or {}
+    diff = ex.get("diff") or {}
+    out: dict[str, Any] = {
+        "note": "; ".join(n for n in [ex.get("note"), *(ex.get("notes") or [])] if n),
+        "capture_s": ex.get("capture_s"),
+        "reduce_s": ex.get("reduce_s"),
+        "trace_bytes": table.get("trace_bytes"),
+        "source": table.get("source"),
+        "steps": table.get("steps"),
+        "step_ms": table.get("step_ms"),
+        "step_kinds": table.get("step_kinds"),
+        "step_tokens": table.get("step_tokens"),
+        "rows": [
+            [r["key"], round(r["per_step_ms"], 4), round(r["step_share"], 3)] for r in table.get("rows", [])[:top]
+        ],
+    }
+    if diff:
+        out["diff"] = {
+            k: diff.get(k)
+            for k in ("explains", "ranked_by", "step_change_ratio", "before_kinds", "after_kinds", "note")
+        }
+        out["diff"]["rows"] = [
+            [
+                r["key"],
+                r["status"],
+                round(r["before_ms_per_step"], 4),
+                round(r["after_ms_per_step"], 4),
+                round(r.get("before_step_share", 0.0), 3),
+                round(r["after_step_share"], 3),
+            ]
+            for r in diff.get("rows", [])[:top]
+        ]
+    return out
+
+
 def stage_entry(work: str, stage: str) -> tuple[dict[str, Any], bool]:
     """The stage's tests, failure messages and per-workload figures; whether it left results."""
     got = outcomes(work, stage)
@@ -94,6 +131,8 @@ def stage_entry(work: str, stage: str) -> tuple[dict[str, Any], bool]:
         first_error = next((r["error"] for r in rep.get("requests", []) if r.get("error")), "")
         if first_error:
             figures["first_error"] = first_error
+        if wl.get("explain"):
+            figures["explain"] = explain_entry(wl["explain"])
         figures["valid"] = wl["valid"]
         figures["baseline"] = wl["baseline"]["note"] or wl["baseline"]["path"]
         entry["workloads"][wl["workload"]] = figures
@@ -133,7 +172,12 @@ def show(report: dict[str, Any], title: str) -> None:
         if entry.get("boot_s") is not None:
             print(f"  boot {entry['boot_s']:.1f} s")
         for name, f in entry.get("workloads", {}).items():
-            print(f"  {name}: " + ", ".join(f"{k} {v}" for k, v in f.items() if k not in ("errors", "first_error")))
+            print(
+                f"  {name}: "
+                + ", ".join(f"{k} {v}" for k, v in f.items() if k not in ("errors", "first_error", "explain"))
+            )
+            if f.get("explain"):
+                print(f"    explain: {json.dumps(f['explain'])}")
             if f.get("first_error"):
                 print(f"    errors {f['errors']}; first: {f['first_error']}")
         for test, msg in entry.get("messages", {}).items():

@@ -31,7 +31,8 @@ reap() {
     local p
     for p in /proc/[0-9]*; do
         if { tr '\0' '\n' <"$p/environ"; } 2>/dev/null | grep -qx "PERFGATE_E2E_RUN=$RUN_ID"; then
-            say "stopping leftover process ${p#/proc/}: $(tr '\0' ' ' <"$p/cmdline" | cut -c1-120)"
+            # On stderr: stdout's last line is the report, and the EXIT trap reaps after it.
+            say "stopping leftover process ${p#/proc/}: $(tr '\0' ' ' <"$p/cmdline" | cut -c1-120)" >&2
             kill -9 "${p#/proc/}" 2>/dev/null
         fi
     done

@@ -29,10 +29,20 @@
 #   GPU_SGLANG_DEADLINE_S wall-clock budget of the whole script in seconds (default: 570)
 #   GPU_SGLANG_SKIP_GATE  1 skips step 3 (gate) and its expectations
 #   GPU_SGLANG_SLOW_ARGS  server flags of the regress stage's slower server (default: --max-running-requests 32)
+#   GPU_SGLANG_EXPLAIN    1 adds --perf-explain to steps 2-4 and runs gen-c256 alone in each (an explain slice
+#                  is an extra repeat per workload: all three workloads do not fit one call): record stores
+#                  its reference profile, gate diffs the unchanged server against it, regress the slower
+#                  one (issue #21, item 6); the report carries each stage's explain table and diff in brief
+#   GPU_SGLANG_RECORD_S   time limit of the record stage in seconds (default 240; a fresh machine's first
+#                  boot alone took 143 s once and more than 140 s twice: cold Triton and CUDA-graph caches)
 #   GPU_SGLANG_NOISE_BOOTS N > 0: instead of steps 2-4, boot the unchanged profile N times, one repeat of
 #                  gen-c256 each (stages boot-1 ... boot-N, each recording its own baselines), with
-#                  the GPU's clocks, power and temperature sampled every 0.5 s into WORK/gpu-clocks.csv:
-#                  the raw material of the boot-to-boot noise study (issue #20, item 3)
+#                  the GPU's clocks, power and temperature sampled every 0.5 s into WORK/gpu-clocks.csv
+#                  and the server's and client's processes' CPU every second into WORK/top.log:
+#                  the raw material of the boot-to-boot noise study (issue #20, item 3); then
+#                  benchmarks/boot_spread.py prints the spread over the boots (WORK/boot-spread.json)
+#   GPU_SGLANG_NOISE_REPEATS repeats per noise boot (default 1; 2 also shows the repeat-to-repeat spread)
+#   GPU_SGLANG_BOOT_S     time limit of one noise boot's stage in seconds (default 150)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -105,6 +115,10 @@ fi
 trap reap EXIT
 
 PYTEST=("$PY" -m pytest perf_tests "${PLUGIN[@]}" -rA --perf-profile "$PROFILE" --perf-baselines "$WORK/baselines")
+EXPLAIN=${GPU_SGLANG_EXPLAIN:-0}
+if [ "$EXPLAIN" = 1 ]; then
+    PYTEST+=(--perf-explain -k "$C256")
+fi
 
 NOISE_BOOTS=${GPU_SGLANG_NOISE_BOOTS:-0}
 if [ "$NOISE_BOOTS" -gt 0 ] 2>/dev/null; then
@@ -112,19 +126,26 @@ if [ "$NOISE_BOOTS" -gt 0 ] 2>/dev/null; then
     nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,clocks_throttle_reasons.active \
         --format=csv -lms 500 >"$WORK/gpu-clocks.csv" 2>&1 &
     CLOCKS_PID=$!
+    # The host side of the server (tokenizer manager, scheduler, detokenizer) and the client, CPU % per
+    # process every second: the leading suspect of the spread is CPU time the server's processes get.
+    top -b -d 1 -c -w 300 2>/dev/null | grep --line-buffered -E '^top -|sglang|pytest|perfgate' >"$WORK/top.log" &
+    TOP_PID=$!
     expect="{"
     for i in $(seq 1 "$NOISE_BOOTS"); do
-        run_stage "boot-$i" 150 "$PY" -m pytest perf_tests "${PLUGIN[@]}" -rA --perf-profile "$PROFILE" \
-            --perf-baselines "$WORK/boot-$i/baselines" --perf-update-baselines --perf-repeats=1 -k "$C256"
+        run_stage "boot-$i" "${GPU_SGLANG_BOOT_S:-150}" "$PY" -m pytest perf_tests "${PLUGIN[@]}" -rA --perf-profile "$PROFILE" \
+            --perf-baselines "$WORK/boot-$i/baselines" --perf-update-baselines \
+            --perf-repeats="${GPU_SGLANG_NOISE_REPEATS:-1}" -k "$C256"
         expect+="\"boot-$i\": {\"test_run_is_valid[$C256]\": \"passed\"},"
     done
-    kill "$CLOCKS_PID" 2>/dev/null
+    kill "$CLOCKS_PID" "$TOP_PID" 2>/dev/null
+    "$PY" benchmarks/boot_spread.py "$WORK" --workload "$C256" | tee "$WORK/boot-spread.txt"
+    tail -n 1 "$WORK/boot-spread.txt" >"$WORK/boot-spread.json"
     CONTEXT=$("$PY" -c "import json, sys; print(json.dumps({'script': 'gpu_sglang noise', 'profile': sys.argv[1], 'boots': int(sys.argv[2]), 'wall_s': int(sys.argv[3])}))" "$PROFILE" "$NOISE_BOOTS" "$SECONDS")
     "$PY" benchmarks/_gpu_report.py "$WORK" "${expect%,}}" "$CONTEXT"
     exit $?
 fi
 
-run_stage record 240 "${PYTEST[@]}" --perf-update-baselines
+run_stage record "${GPU_SGLANG_RECORD_S:-240}" "${PYTEST[@]}" --perf-update-baselines
 if [ "$SKIP_GATE" = 1 ]; then
     say "gate: skipped (GPU_SGLANG_SKIP_GATE=1)"
 else
@@ -151,12 +172,15 @@ sys.exit(code)
 EOF
 
 say "checking expectations"
-EXPECT=$("$PY" - "$SKIP_GATE" "$C256" <<'EOF'
+EXPECT=$("$PY" - "$SKIP_GATE" "$C256" "$EXPLAIN" <<'EOF'
 import json, sys
-skip_gate, c256 = sys.argv[1] == "1", sys.argv[2]
-both = {f"test_run_is_valid[{w}]": "passed" for w in (c256, "light-c1", "oai-c1024-in128-out64")}
-both |= {f"test_gpu_power[{c256}]": "passed", "test_gpu_power[light-c1]": "failure"}
-gated = {f"test_{t}[{w}]": "passed" for t in ("throughput", "latency") for w in (c256, "oai-c1024-in128-out64")}
+skip_gate, c256, only_c256 = sys.argv[1] == "1", sys.argv[2], sys.argv[3] == "1"
+workloads = (c256,) if only_c256 else (c256, "light-c1", "oai-c1024-in128-out64")
+both = {f"test_run_is_valid[{w}]": "passed" for w in workloads}
+both |= {f"test_gpu_power[{c256}]": "passed"}
+if not only_c256:
+    both["test_gpu_power[light-c1]"] = "failure"
+gated = {f"test_{t}[{w}]": "passed" for t in ("throughput", "latency") for w in workloads if w != "light-c1"}
 expect = {
     "record": both,
     "gate": both | gated,
@@ -168,5 +192,5 @@ if skip_gate:
 print(json.dumps(expect))
 EOF
 )
-CONTEXT=$("$PY" -c "import json, sys; print(json.dumps({'script': 'gpu_sglang', 'profile': sys.argv[1], 'regression': {'server_args': sys.argv[2], 'attached': True}, 'gate_skipped': sys.argv[3] == '1', 'wall_s': int(sys.argv[4])}))" "$PROFILE" "$SLOW_ARGS" "$SKIP_GATE" "$SECONDS")
+CONTEXT=$("$PY" -c "import json, sys; print(json.dumps({'script': 'gpu_sglang', 'profile': sys.argv[1], 'regression': {'server_args': sys.argv[2], 'attached': True}, 'gate_skipped': sys.argv[3] == '1', 'explain': sys.argv[5] == '1', 'wall_s': int(sys.argv[4])}))" "$PROFILE" "$SLOW_ARGS" "$SKIP_GATE" "$SECONDS" "$EXPLAIN")
 "$PY" benchmarks/_gpu_report.py "$WORK" "$EXPECT" "$CONTEXT"
