@@ -4,7 +4,13 @@ Each workload runs once per session (its repeats included); these tests read the
 result, so a failure names exactly which guarantee broke.
 """
 
-from perfgate.plugin import CapacityChecks, GateChecks
+from perfgate.plugin import CapacityChecks, CorrectnessChecks, GateChecks
+
+
+def test_correctness(perf_correctness: CorrectnessChecks) -> None:
+    """The server still computes the same model: greedy answers and teacher-forced logprobs of a
+    fixed prompt set agree with the recorded reference, and no answer is degenerate."""
+    perf_correctness.assert_correct()
 
 
 def test_run_is_valid(perf_gate: GateChecks) -> None:

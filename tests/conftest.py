@@ -1,9 +1,8 @@
 """Process-wide setup of perfgate's own suite.
 
 Under pytest-xdist the gates its tests start are their own runs: a worker's environment names it
-(PYTEST_XDIST_WORKER), and a gate started from a worker refuses to run (README, "Faults and bad
-input"); the suite's cases start gates on purpose, one per case, so the worker's name does not
-reach them.
+(PYTEST_XDIST_WORKER), and a gate started from a worker refuses to run (docs/faults.md); the
+suite's cases start gates on purpose, one per case, so the worker's name does not reach them.
 
 A suite started in the background by a non-interactive shell (``cmd &``) inherits SIGINT
 ignored, and so does every gate it starts: the Ctrl-C cases would then wait forever for a gate

@@ -50,3 +50,14 @@ def loopback_http(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+def workload_baselines(root: Path) -> list[Path]:
+    """The workload (and sweep) baseline files under ``root``: not the correctness probe's reference,
+    which a simulator profile records beside them."""
+    return sorted(p for p in root.rglob("*.json") if not p.name.startswith("correctness--"))
+
+
+def is_workload_baseline(name: str) -> bool:
+    """Whether a baseline file name (relative path) is a workload's, not the correctness probe's."""
+    return name.endswith(".json") and not Path(name).name.startswith("correctness--")

@@ -82,6 +82,32 @@ def read_text(path: Path | str) -> str:
     return read_bytes(path).decode("utf-8")
 
 
+def read_named(
+    path: Path,
+    label: str,
+    error: Callable[[str], Exception],
+    *,
+    not_a_file: str,
+    missing: str | None = None,
+    unreadable: str = "",
+) -> str:
+    """The UTF-8 text of the file a user named, or ``error(message)`` with one line that names it:
+    ``{label} {path}: {what}; {hint}``: ``missing`` for a path that does not exist (None: the
+    FileNotFoundError propagates, for a caller to whom a vanished file is news, not a mistake),
+    ``not_a_file`` for a FIFO, directory or device, ``unreadable`` for any other OSError or text
+    that is not UTF-8."""
+    try:
+        return read_text(path)
+    except FileNotFoundError:
+        if missing is None:
+            raise
+        raise error(f"{label} {path}: file not found; {missing}") from None
+    except NotAFileError as e:
+        raise error(f"{label} {path}: {e}; {not_a_file}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise error(f"{label} {path}: cannot be read ({e})" + (f"; {unreadable}" if unreadable else "")) from None
+
+
 class WriteFailed(OSError):
     """A file could not be written; ``str()`` names it and the cause."""
 

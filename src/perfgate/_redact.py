@@ -10,8 +10,9 @@ through :meth:`SecretRegistry.redact_lines`.
 A value is also matched in the forms a server may echo it back in: URL-encoded, JSON-escaped
 and base64 (a Basic auth header is base64 of ``user:password``; each of base64's three
 alignments is matched by the part of the encoding that does not depend on the bytes around
-the value). A value cut by a line break (a log wrapping a long line) is no longer the value
-and cannot be matched.
+the value, and the whole base64 word around that part is redacted, since its first and last
+characters encode the value's first and last bytes). A value cut by a line break (a log
+wrapping a long line) is no longer the value and cannot be matched.
 """
 
 from __future__ import annotations
@@ -65,11 +66,35 @@ def _base64_cores(data: bytes) -> set[str]:
 
 
 def variants(value: str) -> set[str]:
-    """``value`` and the encodings a server may echo it back in."""
+    """``value`` and the encodings a server may echo it back in (see :func:`base64_variants`)."""
     out = {value, quote(value, safe=""), quote(value), quote_plus(value)}
     out |= {json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]}
-    out |= _base64_cores(value.encode())
+    out |= base64_variants(value)
     return {v for v in out if len(v) >= MIN_SECRET_CHARS}
+
+
+def base64_variants(value: str) -> set[str]:
+    """The base64 forms of ``value``, whose matches widen to the base64 word around them."""
+    return _base64_cores(value.encode())
+
+
+_B64_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=")
+_B64_BYTES = frozenset(c.encode()[0] for c in _B64_CHARS)
+# A base64 word is widened (and a stream's tail held back) this far at most: a megabyte of
+# base64 text in a log does not stall its redaction.
+_B64_WORD_MAX = 4096
+
+
+def _b64_alphabet(text: AnyStr) -> frozenset[Any]:
+    return _B64_BYTES if isinstance(text, bytes) else _B64_CHARS
+
+
+def _word_start(text: AnyStr, at: int, alphabet: frozenset[Any]) -> int:
+    """Where the run of base64 characters that ends at ``at`` begins (at most _B64_WORD_MAX back)."""
+    stop = max(0, at - _B64_WORD_MAX)
+    while at > stop and text[at - 1] in alphabet:
+        at -= 1
+    return at
 
 
 # Brackets for the marker; the first pair whose characters no secret contains is used (then
@@ -93,13 +118,21 @@ def marker_for(secrets: Iterable[str]) -> str:
     return f"{opening}{word}{closing}"
 
 
-def _spans(text: AnyStr, secrets: Iterable[AnyStr]) -> list[tuple[int, int]]:
-    """Every occurrence of every secret in ``text``, overlapping ones merged, in order."""
+def _spans(text: AnyStr, secrets: Iterable[AnyStr], words: frozenset[AnyStr] = frozenset()) -> list[tuple[int, int]]:
+    """Every occurrence of every secret in ``text``, overlapping ones merged, in order; an
+    occurrence of one of ``words`` (base64) covers the whole base64 word around it."""
     found = []
+    alphabet = _b64_alphabet(text)
     for secret in secrets:
         at = text.find(secret)
         while at != -1:
-            found.append((at, at + len(secret)))
+            start, end = at, at + len(secret)
+            if secret in words:
+                start = _word_start(text, start, alphabet)
+                limit = min(len(text), end + _B64_WORD_MAX)
+                while end < limit and text[end] in alphabet:
+                    end += 1
+            found.append((start, end))
             at = text.find(secret, at + 1)
     found.sort()
     merged: list[tuple[int, int]] = []
@@ -111,13 +144,13 @@ def _spans(text: AnyStr, secrets: Iterable[AnyStr]) -> list[tuple[int, int]]:
     return merged
 
 
-def redact(text: AnyStr, secrets: Iterable[AnyStr], marker: AnyStr) -> AnyStr:
-    """``text`` with each run of secret occurrences replaced by ``marker``.
+def redact(text: AnyStr, secrets: Iterable[AnyStr], marker: AnyStr, words: frozenset[AnyStr] = frozenset()) -> AnyStr:
+    """``text`` with each run of secret occurrences replaced by ``marker`` (``words``: as :func:`_spans`).
 
     Whole spans are replaced (not one secret after another), so no replacement can join two
     pieces into a secret; ``marker`` must be one :func:`marker_for` chose for these secrets.
     """
-    spans = _spans(text, secrets)
+    spans = _spans(text, secrets, words)
     if not spans:
         return text
     pieces = []
@@ -135,7 +168,10 @@ class SecretRegistry:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._values: frozenset[str] = frozenset()
+        self._words: frozenset[str] = frozenset()
         self._marker = REDACTED
+        # The same as bytes, for the server log's every line: values, base64 words, marker.
+        self._encoded: tuple[frozenset[bytes], frozenset[bytes], bytes] = (frozenset(), frozenset(), b"")
 
     def add(self, value: str) -> None:
         """Redact ``value`` (and its encodings) from now on; values under MIN_SECRET_CHARS are ignored."""
@@ -143,7 +179,13 @@ class SecretRegistry:
             return
         with self._lock:
             self._values = self._values | variants(value)
+            self._words = self._words | base64_variants(value)
             self._marker = marker_for(self._values)
+            self._encoded = (
+                frozenset(v.encode() for v in self._values),
+                frozenset(w.encode() for w in self._words),
+                self._marker.encode(),
+            )
 
     def add_env(self, env: dict[str, str]) -> None:
         """The secret-looking values of ``env`` (see :func:`looks_secret`), and the password of
@@ -163,7 +205,7 @@ class SecretRegistry:
         return max(map(len, self._values), default=0)
 
     def text(self, text: str) -> str:
-        return redact(text, self._values, self._marker) if self._values else text
+        return redact(text, self._values, self._marker, self._words) if self._values else text
 
     def json(self, obj: Any) -> Any:
         """A copy of JSON-like ``obj`` with every string (keys too) redacted."""
@@ -182,7 +224,10 @@ class SecretRegistry:
         for chunk in chunks:
             data = tail + chunk
             cut = len(data) - max(self.longest - 1, 0)
-            for start, end in _spans(data, self._values):
+            if self._words and 0 < cut < len(data):
+                # A base64 word running across the cut may turn out to hold a secret.
+                cut = _word_start(data, cut, _B64_CHARS) if data[cut] in _B64_CHARS else cut
+            for start, end in _spans(data, self._values, self._words):
                 if start < cut < end:
                     cut = start
                     break
@@ -208,10 +253,8 @@ class SecretRegistry:
             yield self._bytes(tail)
 
     def _bytes(self, data: bytes) -> bytes:
-        values = self._values
-        if not values:
-            return data
-        return redact(data, [v.encode() for v in values], self._marker.encode())
+        values, words, marker = self._encoded
+        return redact(data, values, marker, words) if values else data
 
 
 SECRETS = SecretRegistry()

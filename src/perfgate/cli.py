@@ -15,7 +15,6 @@ an A/B whose results files could not all be written);
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -23,14 +22,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from perfgate._files import NotAFileError, read_text
 from perfgate._redact import RedactingStream
-from perfgate.ab import DEFAULT_ROUNDS, AbOptions, Candidate, parse_args, parse_env, run_ab
+from perfgate.ab import CLI_FLAGS, AbOptions, add_ab_options, candidate_from, rounds_from, run_ab
 from perfgate.baseline import BaselineStore, diff, read_baseline
 from perfgate.errors import PerfgateError
 from perfgate.profile import DEFAULT_TOLERANCE, load_profile
-from perfgate.report import report_lines, write_ab_results
+from perfgate.report import Results, ResultsWorkload, read_results, report_lines, write_ab_results
 from perfgate.server import Terminated
+from perfgate.session import LOG_DIR
 from perfgate.verdict import MetricRule, check_metric_name, direction_of, fmt_value, judge, unit_of
 
 EXIT_REGRESSION = 1
@@ -88,90 +87,45 @@ def _baselines(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_results(path: Path) -> dict[str, Any]:
-    try:
-        doc = json.loads(read_text(path))
-    except FileNotFoundError:
-        raise PerfgateError(
-            f"results {path}: file not found; write results with `pytest perf_tests --perf-results DIR`"
-        ) from None
-    except NotAFileError as e:
-        raise PerfgateError(f"results {path}: {e}; pass a results-*.json file that --perf-results wrote") from None
-    except (OSError, ValueError) as e:
-        raise PerfgateError(f"results {path}: not a perfgate results JSON file ({e})") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("workloads"), list):
-        raise PerfgateError(
-            f"results {path}: not a perfgate results file (no 'workloads'); pass files written by --perf-results"
-        )
-    return doc
-
-
-def _workloads(doc: dict[str, Any], path: Path) -> dict[str, dict[str, Any]]:
-    out = {}
-    for wl in doc["workloads"]:
-        if (
-            not isinstance(wl, dict)
-            or not isinstance(wl.get("workload"), str)
-            or not isinstance(wl.get("repeats"), list)
-        ):
-            raise PerfgateError(
-                f"results {path}: a workload entry lacks 'workload' or 'repeats'; pass files written by --perf-results"
-            )
-        out[wl["workload"]] = wl
-    return out
-
-
-def _rules(wl: dict[str, Any], asked: Sequence[str]) -> list[MetricRule]:
+def _rules(wl: ResultsWorkload, asked: Sequence[str]) -> list[MetricRule]:
     """The gated rules stored with the newer run, or, with --metric, those metrics only (a metric
     the run did not gate is held to its default tolerance, 3 % unless perfgate has another)."""
-    stored = {r["metric"]: MetricRule(**r) for r in wl.get("rules", [])}
+    stored = {r.metric: r for r in wl.rules}
     if not asked:
         return list(stored.values())
     return [stored.get(m) or MetricRule(m, direction_of(m), tolerance=DEFAULT_TOLERANCE.get(m, 0.03)) for m in asked]
 
 
-def _profile_name(doc: dict[str, Any]) -> Any:
-    profile = doc.get("profile")
-    return profile.get("name") if isinstance(profile, dict) else profile
-
-
-def _mismatches(
-    doc_a: dict[str, Any],
-    doc_b: dict[str, Any],
-    common: Sequence[str],
-    old: dict[str, dict[str, Any]],
-    new: dict[str, dict[str, Any]],
-) -> list[str]:
+def _mismatches(old: Results, new: Results, common: Sequence[str]) -> list[str]:
     """What makes the two runs measure different things: another profile, or a workload whose
     fingerprint (server, hardware, workload spec) differs."""
     out = []
-    if _profile_name(doc_a) != _profile_name(doc_b):
-        out.append(f"the runs are of different profiles ({_profile_name(doc_a)!r} and {_profile_name(doc_b)!r})")
+    if old.profile != new.profile:
+        out.append(f"the runs are of different profiles ({old.profile!r} and {new.profile!r})")
     for name in common:
-        fa, fb = old[name].get("fingerprint"), new[name].get("fingerprint")
+        fa, fb = old.workloads[name].fingerprint, new.workloads[name].fingerprint
         if fa != fb:
             keys = sorted(k for k in {**(fa or {}), **(fb or {})} if (fa or {}).get(k) != (fb or {}).get(k))
             out.append(f"workload {name}: the fingerprints differ ({', '.join(keys) or 'one is missing'})")
     return out
 
 
-def _unmeasured(wl: dict[str, Any], path: Path) -> str:
+def _unmeasured(wl: ResultsWorkload, path: Path) -> str:
     """Why a results file's workload measured nothing to compare: an invalid run, or a repeat
     in which no request completed; "" when it did."""
-    if wl.get("invalid_reasons"):
-        return f"the run in {path} was invalid ({'; '.join(map(str, wl['invalid_reasons']))})"
-    for i, r in enumerate(wl["repeats"], start=1):
-        values = r.get("values") if isinstance(r, dict) else None
-        completed = values.get("completed") if isinstance(values, dict) else None
-        if not isinstance(completed, (int, float)) or not completed > 0:
+    if wl.invalid_reasons:
+        return f"the run in {path} was invalid ({'; '.join(wl.invalid_reasons)})"
+    for i, values in enumerate(wl.repeats, start=1):
+        completed = values.get("completed")
+        if completed is None or not completed > 0:
             return f"repeat {i} in {path} completed no request (completed = {completed!r}): it measured nothing"
     return ""
 
 
 def _compare(args: argparse.Namespace) -> int:
     path_a, path_b = Path(args.a), Path(args.b)
-    doc_a, doc_b = _load_results(path_a), _load_results(path_b)
-    old, new = _workloads(doc_a, path_a), _workloads(doc_b, path_b)
+    doc_a, doc_b = read_results(path_a), read_results(path_b)
+    old, new = doc_a.workloads, doc_b.workloads
     common = [name for name in new if name in old]
     if not common:
         raise PerfgateError(
@@ -179,7 +133,7 @@ def _compare(args: argparse.Namespace) -> int:
             f"{sorted(new) or 'none'}, "
             "none in common; pass results of runs of the same profile"
         )
-    mismatches = _mismatches(doc_a, doc_b, common, old, new)
+    mismatches = _mismatches(doc_a, doc_b, common)
     if mismatches and not args.force:
         raise PerfgateError(
             f"{path_a} and {path_b} do not measure the same thing: "
@@ -194,7 +148,7 @@ def _compare(args: argparse.Namespace) -> int:
     compared = 0
     for name in common:
         a, b = old[name], new[name]
-        stopped = [str(p) for p, w in ((path_a, a), (path_b, b)) if w.get("error") or not w["repeats"]]
+        stopped = [str(p) for p, w in ((path_a, a), (path_b, b)) if w.error or not w.repeats]
         if stopped:
             print(f"ERROR {name}: not compared, the run in {' and '.join(stopped)} stopped with an error")
             undecided = True
@@ -204,7 +158,7 @@ def _compare(args: argparse.Namespace) -> int:
             print(f"ERROR {name}: not compared, " + "; ".join(unmeasured))
             undecided = True
             continue
-        now, base = [r["values"] for r in b["repeats"]], [r["values"] for r in a["repeats"]]
+        now, base = b.repeats, a.repeats
         for metric in args.metric:
             for side, repeats, path in (("new", now, path_b), ("old", base, path_a)):
                 if not any(metric in r for r in repeats):
@@ -249,21 +203,23 @@ def _ab(args: argparse.Namespace) -> int:
     if results is not None and results.exists() and not results.is_dir():
         raise PerfgateError(f"--results {results}: that is a file; pass a directory (it is created if missing)")
     profile = load_profile(profile_path)
-    candidate = Candidate(
-        python=args.candidate_python or "",
-        env=parse_env(args.candidate_env),
-        args=tuple(a for text in args.candidate_args for a in parse_args(text)),
-    )
+
+    def get(flag: str) -> Any:
+        return getattr(args, flag.lstrip("-").replace("-", "_"))
+
+    rounds, max_rounds = rounds_from(get, CLI_FLAGS)
     options = AbOptions(
-        rounds=args.rounds,
-        max_rounds=args.max_rounds,
+        rounds=rounds,
+        max_rounds=max_rounds,
         keyword=args.keyword or "",
-        log_dir=results or Path(".perfgate-cache") / "logs",
+        log_dir=results or LOG_DIR,
         baselines_dir=Path(args.baselines),
         accept_candidate=args.accept_candidate,
         reason=args.reason,
         lock_wait_s=args.lock_wait,
+        explain=args.explain or profile.explain.enabled,
     )
+    candidate = candidate_from(get, CLI_FLAGS)
     summary = run_ab(profile, candidate, options, on_event=lambda line: print(f"[ab] {line}", flush=True))
     print()
     print("\n".join(report_lines(summary)))
@@ -278,19 +234,6 @@ def _ab(args: argparse.Namespace) -> int:
             # The verdict stands (it was printed); the results a CI step keeps are incomplete.
             code = code or EXIT_ERROR
     return code
-
-
-def _whole(low: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = low - 1
-        if value < low:
-            raise argparse.ArgumentTypeError(f"expected a whole number >= {low}, got {text!r}")
-        return value
-
-    return parse
 
 
 def _number(ok: Callable[[float], bool], expected: str) -> Callable[[str], float]:
@@ -363,38 +306,7 @@ def _parser() -> argparse.ArgumentParser:
         "ABBA order, one run of every selected workload per boot, and judge B/A round by round.",
     )
     ab.add_argument("profile", help="profile TOML (A is this profile as written)")
-    ab.add_argument(
-        "--candidate-python", metavar="PY", help="B's interpreter: the python of another environment (the upgrade)"
-    )
-    ab.add_argument(
-        "--candidate-env",
-        metavar="NAME=VALUE",
-        action="append",
-        default=[],
-        help="an environment variable B's server gets (repeatable)",
-    )
-    ab.add_argument(
-        "--candidate-args",
-        metavar="FLAGS",
-        action="append",
-        default=[],
-        help='extra server flags for B, split as a shell does: --candidate-args "--foo 1" (one flag alone: '
-        "--candidate-args=--foo)",
-    )
-    ab.add_argument(
-        "--rounds",
-        metavar="N",
-        type=_whole(1),
-        default=DEFAULT_ROUNDS,
-        help=f"rounds of one A and one B run each (default {DEFAULT_ROUNDS})",
-    )
-    ab.add_argument(
-        "--max-rounds",
-        metavar="M",
-        type=_whole(1),
-        default=None,
-        help="most rounds in all: two more are run at a time while a verdict is inconclusive (default 2 x --rounds)",
-    )
+    add_ab_options(ab.add_argument, CLI_FLAGS)
     ab.add_argument(
         "-k",
         dest="keyword",
@@ -413,14 +325,15 @@ def _parser() -> argparse.ArgumentParser:
         help="baseline store for --accept-candidate (default: baselines)",
     )
     ab.add_argument(
-        "--accept-candidate",
-        action="store_true",
-        help="record B's runs as the new baselines, with the A/B in their provenance, where B passed",
-    )
-    ab.add_argument(
         "--reason",
         metavar="TEXT",
         help="with --accept-candidate: record B also where it did not pass; TEXT is stored with it",
+    )
+    ab.add_argument(
+        "--explain",
+        action="store_true",
+        help="profile A and B on their servers in round 1 (an extra repeat each, in no verdict) and rank which "
+        "kernels moved from A to B (the profile's [explain] enabled = true does the same)",
     )
     ab.add_argument(
         "--lock-wait",

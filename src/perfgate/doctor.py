@@ -20,7 +20,7 @@ from typing import Any
 
 from perfgate.errors import ServerError
 from perfgate.gpu import GpuId, NvmlUnavailable, all_gpus, device_handle, nvml_session, p2p_read_status, query
-from perfgate.server._sglang import VERSION_KEYS, check_python, locate_sglang, resolve_sglang_root, sglang_versions
+from perfgate.server import SGLANG_VERSION_KEYS, check_python, locate_sglang, resolve_sglang_root, sglang_versions
 from perfgate.server.autotune import detect_autotune
 
 # nvidia-smi topo -p2p's legend for nvmlDeviceGetP2PStatus's answers.
@@ -77,7 +77,7 @@ def _versions(python: str) -> dict[str, Any]:
     try:
         return {**sglang_versions(python), "error": None}
     except ServerError as err:
-        return {**dict.fromkeys(VERSION_KEYS), "error": str(err)}
+        return {**dict.fromkeys(SGLANG_VERSION_KEYS), "error": str(err)}
 
 
 def _autotune(python: str, sglang_root: Path | None) -> dict[str, Any]:

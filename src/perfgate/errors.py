@@ -34,3 +34,7 @@ class TelemetryError(PerfgateError):
 
 class BaselineError(PerfgateError):
     """A baseline file is corrupt, of an unknown schema, or may not be written."""
+
+
+class CorrectnessError(PerfgateError):
+    """The correctness probe could not run, or the server answered it in a shape it cannot read."""

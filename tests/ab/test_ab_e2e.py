@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from perfgate.cli import main
-from tests.support import PERF_TESTS, processes_with
+from tests.support import PERF_TESTS, processes_with, workload_baselines
 
 PROFILE = """
 name = "ab-fast"
@@ -193,7 +193,7 @@ def test_candidate_python_passes_and_is_accepted_with_the_ab_as_evidence(profile
     assert row(out, "driver") == ["580.95.05", "580.95.05"]
     assert "note: 2 paired round(s) are too few for the sign test at alpha 0.05: the tolerance alone decided" in out
     assert out.rstrip().endswith("PASS: B is not worse than A beyond any tolerance")
-    (path,) = baselines.rglob("*.json")
+    (path,) = workload_baselines(baselines)
     assert f"baseline c16-in32-out16: recorded -> {path}" in out
     doc = json.loads(path.read_text())
     assert len(doc["repeats"]) == 2
@@ -311,7 +311,7 @@ def test_pytest_perf_ab_reports_the_ab_in_the_four_gate_tests(pytester: pytest.P
     )
     # Throughput and latency fail on their verdicts; validity on the candidate that was asked to be
     # accepted and was not (it did not pass).
-    result.assert_outcomes(failed=3, skipped=1, deselected=5)
+    result.assert_outcomes(failed=3, skipped=1, deselected=6)
     out = result.stdout.str()
     assert "c16-in32-out16: output_throughput B/A" in out and "c16-in32-out16: mean_tpot_ms B/A" in out
     assert "baseline: not recorded: B did not pass the A/B (FAIL: " in out
@@ -331,7 +331,7 @@ def test_pytest_perf_ab_reports_the_ab_in_the_four_gate_tests(pytester: pytest.P
         ),
         (
             ["--perf-ab", "--perf-candidate-env=X=1", "--perf-ab-rounds=0"],
-            "--perf-ab-rounds 0: expected a whole number >= 1",
+            "argument --perf-ab-rounds: expected a whole number >= 1, got '0'",
         ),
         (["--perf-ab", "--perf-candidate-env=NOEQ"], "--perf-candidate-env 'NOEQ': expected NAME=VALUE"),
         (["--perf-ab", "--perf-accept-regression=x"], "--perf-accept-regression only applies when recording"),
@@ -352,3 +352,15 @@ def test_pytest_perf_ab_with_a_bad_candidate_stops_at_collection(pytester: pytes
     assert result.ret == pytest.ExitCode.INTERRUPTED
     assert "perfgate: --perf-candidate-python /no/python: no such interpreter" in result.stdout.str()
     assert "booting" not in result.stdout.str()
+
+
+def test_a_candidate_that_dies_in_the_probe_is_named_as_the_cause(profile: Path) -> None:
+    # The simulator counts the probe's requests: the candidate's third kills it during the probe.
+    run = ab(profile, "--candidate-args=--crash-after-requests=3", "--rounds", "2")
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert re.search(
+        r"B \(candidate\): correctness probe: /generate for prompt \d+ failed: .*; the server exited with code 1 "
+        r"during the correctness probe",
+        run.stdout,
+    ), run.stdout[-3000:]
+    assert_nothing_left(profile)

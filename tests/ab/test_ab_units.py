@@ -3,6 +3,7 @@ loop (with scripted sessions), the outcome and the report."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from dataclasses import replace
@@ -12,21 +13,31 @@ from types import SimpleNamespace
 import pytest
 
 from perfgate.ab import (
+    CLI_FLAGS,
+    DEFAULT_ROUNDS,
+    PLUGIN_FLAGS,
+    AbFlags,
     AbOptions,
     AbSummary,
     Candidate,
     abba_order,
+    add_ab_options,
+    candidate_from,
     parse_args,
     parse_env,
+    plan_ab,
+    rounds_from,
     run_ab,
     select_workloads,
     variants,
 )
-from perfgate.errors import PerfgateError
+from perfgate.baseline import Baseline, BaselineStore
+from perfgate.errors import PerfgateError, ProfileError
 from perfgate.profile import GateSpec, Profile, ServerSpec, TelemetrySpec, Workload
 from perfgate.report import report_lines
 from perfgate.session import RunSummary, ServerSummary, WorkloadResult
 from perfgate.verdict import judge_paired, rules_for
+from tests.baseline.baseline_factories import fingerprint
 
 
 def _workload(name: str) -> Workload:
@@ -264,6 +275,10 @@ class _Script:
                 self.results[w.name] = result
                 return result
 
+            def server(self) -> object:
+                # No server here: the A/B's correctness probe is left out (tests/ab/test_ab_e2e.py runs it).
+                raise PerfgateError("scripted session: no server to probe")
+
             def close(self) -> list[str]:
                 return list(script.teardown_notes.get(label, []))
 
@@ -411,3 +426,57 @@ def test_failed_requests_are_never_discarded_and_too_few_valid_rounds_is_an_erro
     (w,) = summary.workloads
     assert summary.rounds_run == 4 and w.verdict is None and summary.outcome == "error"
     assert "no round finished with a valid run of both variants; nothing was compared" in w.problems
+
+
+# -- what is refused before anything boots -------------------------------------------------
+
+
+def test_plan_refuses_a_gate_nothing_measures_before_any_boot(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_boot(*_: object) -> None:
+        raise AssertionError("a session was started")
+
+    monkeypatch.setattr("perfgate.ab._run.Session", no_boot)
+    for gate, message in (
+        (replace(GateSpec(), tolerance={"mean_tpott_ms": 0.03}), r"\[gate\]\.tolerance: .*'mean_tpott_ms'"),
+        (replace(GateSpec(), floors={"capacity": 8.0}), r"\[gate\] sets capacity, which only sweeps measure"),
+    ):
+        with pytest.raises(ProfileError, match=r"profile profiles/p\.toml: " + message):
+            plan_ab(_profile(gate=gate), Candidate(env={"B": "1"}), AbOptions())
+        with pytest.raises(ProfileError, match=message):
+            run_ab(_profile(gate=gate), Candidate(env={"B": "1"}), AbOptions())
+
+
+def test_accepting_checks_the_store_for_the_gated_metrics(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # A stored baseline without the gated metric would judge nothing: named before the first boot.
+    BaselineStore(tmp_path).save(
+        Baseline("p", "c64-in256-out128", fingerprint(), [{"output_throughput": 5.0}]), rules=[]
+    )
+    script = _Script(lambda label, w, i: 20.0)
+    summary = _run(monkeypatch, script, rounds=2, accept_candidate=True, baselines_dir=tmp_path)
+    assert any("gated metric 'mean_tpot_ms' is missing from repeat(s) 1" in n for n in summary.store_notes)
+
+
+# -- the options, declared once for perfgate ab and pytest --perf-ab ------------------------
+
+
+@pytest.mark.parametrize("flags", [CLI_FLAGS, PLUGIN_FLAGS])
+def test_options_read_back_alike_under_either_name(flags: AbFlags) -> None:
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    add_ab_options(parser.add_argument, flags)
+    c = flags.candidate
+    args = parser.parse_args([f"{c}env=X=1", f"{c}args=--foo 1", flags.max_rounds, "8"])
+
+    def get(flag: str) -> object:
+        return getattr(args, flag.lstrip("-").replace("-", "_"))
+
+    assert candidate_from(get, flags) == Candidate(env={"X": "1"}, args=("--foo", "1"))
+    assert rounds_from(get, flags) == (DEFAULT_ROUNDS, 8)
+    assert {a.option_strings[0] for a in parser._actions[1:]} == set(flags.ab_only)
+    with pytest.raises(
+        argparse.ArgumentError, match=f"^argument {flags.rounds}: expected a whole number >= 1, got '0'"
+    ):
+        parser.parse_args([flags.rounds, "0"])
+    with pytest.raises(PerfgateError, match=f"^{flags.max_rounds} 3: expected at least {flags.rounds} \\(4\\)"):
+        AbOptions(rounds=4, max_rounds=3, flags=flags).check()
+    with pytest.raises(PerfgateError, match=f"^{c}env 'X': expected NAME=VALUE"):
+        candidate_from(lambda flag: ["X"] if flag == f"{c}env" else [], flags)

@@ -35,7 +35,7 @@ def interpreter_with(sglang_root: Path, tmp_path: Path) -> str:
 def spec(python: str, *args: str, mode: str = "auto") -> ServerSpec:
     return ServerSpec(
         kind="sglang",
-        model_path="/models/GLM-5-NVFP4",
+        model_path="zai-org/GLM-5",  # a repo id: no model needs to exist on this host
         python=python,
         args=args,
         flashinfer_cutlass_autotune=mode,

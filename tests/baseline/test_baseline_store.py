@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import math
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -181,7 +182,7 @@ def test_bad_repeats_in_a_file_are_named(tmp_path: Path) -> None:
 def test_unreadable_file_raises(tmp_path: Path) -> None:
     # A directory where a file should be: unreadable even for root.
     (tmp_path / "glm5" / f"{WL.name}--x.json").mkdir(parents=True)
-    with pytest.raises(BaselineError, match=r"cannot be read"):
+    with pytest.raises(BaselineError, match=r"it is a directory, not a regular file; only regular \*\.json files"):
         BaselineStore(tmp_path).load("glm5", WL.name, fingerprint())
 
 
@@ -285,3 +286,32 @@ def test_held_lock_times_out_with_a_clear_message(tmp_path: Path, monkeypatch: p
     ):
         store.save(baseline([1000.0]), rules=RULES)
     assert store.load("glm5", WL.name, fingerprint()) is None
+
+
+def test_another_profile_in_this_profiles_folder_stops_the_run_before_boot(tmp_path: Path) -> None:
+    """``team prod`` and ``team_prod`` share the folder team_prod: the second profile's record
+    was refused only after its measurement, by the overwrite guard; its gate saw no baseline."""
+    store = BaselineStore(tmp_path)
+    store.save(replace(baseline([1000.0, 1010.0, 990.0]), profile="team prod"), rules=RULES)
+    assert store.check("team prod", for_update=False) == []
+    for update in (False, True):
+        with pytest.raises(BaselineError) as err:
+            BaselineStore(tmp_path).check("team_prod", for_update=update)
+        assert "holds baselines of profile(s) 'team prod', whose name shares this folder with profile 'team_prod'" in (
+            str(err.value)
+        )
+        assert "nothing was run" in str(err.value) and "rename one of them" in str(err.value)
+
+
+def test_profile_folders_that_differ_only_in_case_stop_the_run_before_boot(tmp_path: Path) -> None:
+    """On a case-insensitive file system (macOS, Windows) baselines/Chat and baselines/chat are one
+    folder: the two profiles' baselines would overwrite each other after a clone there."""
+    store = BaselineStore(tmp_path)
+    store.save(replace(baseline([1000.0, 1010.0, 990.0]), profile="Chat"), rules=RULES)
+    with pytest.raises(BaselineError) as err:
+        store.check("chat", for_update=True)
+    message = str(err.value)
+    assert "differ only in case" in message and "rename one profile" in message, message
+    # This machine's file system may fold case itself: either way the other profile is named.
+    assert "Chat" in message
+    assert store.check("Chat", for_update=True) == []

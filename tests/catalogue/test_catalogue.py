@@ -16,7 +16,7 @@ from perfgate.session import Session, SessionOptions
 from perfgate.telemetry import GpuWindow, TelemetryWindow
 from perfgate.verdict import check_metric_name
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / SECTION.page
 
 # The gate's directions, spelled out here so a changed declaration is a reviewed change.
 DIRECTIONS = {
@@ -66,7 +66,7 @@ def test_reported_metrics_are_refused_by_the_gate_with_the_reason(name: str) -> 
     ("name", "hint"),
     [
         ("mean_tpott_ms", "did you mean 'mean_tpot_ms'?"),
-        ("gpu_temperature", "the README.s metric table lists the names"),
+        ("gpu_temperature", r"the metric reference \(docs/metrics.md\) lists the names"),
     ],
 )
 def test_unknown_names_are_refused_with_the_closest_one(name: str, hint: str) -> None:
@@ -185,20 +185,19 @@ def test_a_window_where_every_gpu_field_was_measured_produces_every_telemetry_me
     assert set(window.metrics()) | {"output_tokens_per_j"} == names("telemetry")
 
 
-def test_readme_metric_reference_is_the_generated_one() -> None:
-    assert SECTION.read(README) == reference_markdown(), (
-        "README.md's metric reference differs from the declarations; regenerate it with: "
-        "python -m perfgate.catalogue --reference --update README.md"
+def test_the_docs_metric_reference_is_the_generated_one() -> None:
+    assert SECTION.read(PAGE) == reference_markdown(), (
+        f"{SECTION.page}'s metric reference differs from the declarations; regenerate it with: {SECTION.regenerate}"
     )
 
 
 def test_reference_command_prints_and_updates(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert catalogue_main(["--reference"]) == 0
     assert capsys.readouterr().out == reference_markdown()
-    stale = tmp_path / "README.md"
-    stale.write_text(README.read_text().replace("| `output_throughput` | tok/s |", "| `output_throughput` | t/s |"))
+    stale = tmp_path / "metrics.md"
+    stale.write_text(PAGE.read_text().replace("| `output_throughput` | tok/s |", "| `output_throughput` | t/s |"))
     assert catalogue_main(["--reference", "--update", str(stale)]) == 0
     assert "metric reference updated" in capsys.readouterr().out
-    assert stale.read_text() == README.read_text()
+    assert stale.read_text() == PAGE.read_text()
     assert catalogue_main(["--reference", "--update", str(tmp_path / "missing.md")]) == 2
     assert "missing.md" in capsys.readouterr().err

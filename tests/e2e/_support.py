@@ -14,6 +14,23 @@ REPO = Path(__file__).resolve().parents[2]
 PERF_TESTS = REPO / "perf_tests"
 
 
+# The tiny Llama's wrong siblings, served under the right model's name by the correctness tests.
+WRONG_MODELS = {name: REPO / ".perfgate-cache" / f"tiny-model-{name}" for name in ("perturbed", "nan", "bf16")}
+
+
+def wrong_model(name: str, tox_env: str) -> Path:
+    """The path of the wrong model ``name``; the test fails, saying how to build it, when it is missing."""
+    path = WRONG_MODELS[name]
+    if not path.exists():
+        flag = "--dtype bfloat16" if name == "bf16" else f"--defect {name}"
+        pytest.fail(
+            f"{path} is missing: `python -m perfgate.testing.tinymodel --cache .perfgate-cache/tinymodel {flag} "
+            f"--link {path.relative_to(REPO)}` (tox -e {tox_env} does)",
+            pytrace=False,
+        )
+    return path
+
+
 def gate_argv(profile: Path, baselines: Path, *args: str) -> list[str]:
     """The command line of a gate run of ``perf_tests/`` as a user types it (run it from REPO)."""
     return [

@@ -44,6 +44,8 @@ repeats = 3
 tolerance = {tolerance}
 {gate}
 
+{correctness}
+
 [[workload]]
 num_prompts = 32
 concurrency = 16
@@ -51,6 +53,9 @@ input_len = 32
 {workload}
 """
 
+# The cases are about the speed gate's failure paths (the probe's are test_correctness_faults.py):
+# a fault injected into every request would hit the probe's too.
+PROBE_OFF = '[correctness]\nenabled = false\nreason = "the speed gate\'s fault cases"'
 # Loose enough that a rerun on a noisy 2-core machine never trips.
 LOOSE = "{ output_throughput = 0.25, total_throughput = 0.25, mean_tpot_ms = 0.25, p99_tpot_ms = 0.5 }"
 
@@ -103,6 +108,7 @@ class Gate:
         workload: str = "",
         kind: str = "simulator",
         tolerance: str = LOOSE,
+        correctness: str = PROBE_OFF,
     ) -> Path:
         server = _with_defaults(server, "startup_timeout_s = 30", "shutdown_timeout_s = 5")
         sim = _with_defaults(sim, "gpus = 2", "time_scale = 0.1", "startup_delay_s = 0.2")
@@ -119,6 +125,7 @@ class Gate:
             gate=gate,
             workload=workload,
             tolerance=tolerance,
+            correctness=correctness,
         )
         return self.write(f"profile-{uuid.uuid4().hex[:6]}.toml", text)
 

@@ -9,14 +9,18 @@ under any interpreter. It serves ``/health``, ``/health_generate``, ``/v1/models
                    ``comment`` (": ping" SSE comments), ``blank`` (empty lines), ``event``
                    ("event: ping" without data), ``field`` ("id:"/"retry:" lines), ``space``
                    (keep-alive whitespace), ``html`` (a 200 text/html body), ``json`` (a 200
-                   JSON body of whitespace), ``header`` (an
-                   endless header line), ``status-line`` (an endless first line)
+                   JSON body of whitespace), ``empty-event`` ("data: {}"), ``same-chunk`` (one
+                   token, then the same chunk again and again), ``header`` (an endless header
+                   line), ``status-line`` (an endless first line)
 --html-200         answers /generate with a 200 text/html page that quotes the request's
                    Authorization header (a misconfigured proxy's login page)
 --drop-reused      answers one request per connection and says "Connection: keep-alive", then
                    closes the connection without a word when a second request arrives on it
                    (the keep-alive race some engines lose 5-22 % of requests to)
 --close-header     answers with "Connection: close" and closes after each response
+--buffered         generates as usual but sends each answer in one write at its end (a proxy
+                   that buffers the stream); also QUIRKY_BUFFERED=1, which leaves the command
+                   line, and so the baseline fingerprint, as it was
 --hang-after N     stops sending (without closing) after N tokens of every stream
 --tokens-per-chunk K, --no-counts
                    K tokens per chunk, with or without the server's token counts
@@ -44,6 +48,7 @@ import argparse
 import asyncio
 import base64
 import json
+import os
 import urllib.parse
 
 # --endless: what is sent before the trickle, and the trickle's unit.
@@ -54,12 +59,18 @@ def _chunk(data: bytes) -> bytes:
     return f"{len(data):x}\r\n".encode() + data + b"\r\n"
 
 
+_SAME_CHUNK = b'data: {"text": "x", "meta_info": {"id": "q", "completion_tokens": 1, "finish_reason": null}}\n\n'
 ENDLESS = {
     "comment": (_SSE_HEAD, _chunk(b": ping\n\n")),
     "blank": (_SSE_HEAD, _chunk(b"\n")),
     "event": (_SSE_HEAD, _chunk(b"event: ping\n\n")),
     "field": (_SSE_HEAD, _chunk(b"id: 7\nretry: 1000\n\n")),
     "space": (_SSE_HEAD, _chunk(b" ")),
+    "empty-event": (_SSE_HEAD, _chunk(b"data: {}\n\n")),
+    "same-chunk": (
+        _SSE_HEAD + _chunk(_SAME_CHUNK),
+        _chunk(_SAME_CHUNK),
+    ),
     "html": (b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n<html>", b"x"),
     "json": (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{", b" "),
     "header": (b"HTTP/1.1 200 OK\r\nX-Slow: ", b"a"),
@@ -77,6 +88,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--model", default="quirky", help="ignored (names the process for the tests)")
     p.add_argument("--drop-reused", action="store_true")
     p.add_argument("--close-header", action="store_true")
+    p.add_argument("--buffered", action="store_true", default=os.environ.get("QUIRKY_BUFFERED") == "1")
     p.add_argument("--hang-after", type=int, default=0)
     p.add_argument("--tokens-per-chunk", type=int, default=1)
     p.add_argument("--no-counts", action="store_true")
@@ -168,7 +180,32 @@ async def send_chunk(writer: asyncio.StreamWriter, data: bytes) -> None:
     await writer.drain()
 
 
+class Held:
+    """A writer that keeps what is written (``--buffered``): the answer leaves in one write."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+    async def drain(self) -> None:
+        pass
+
+
 async def generate(writer: asyncio.StreamWriter, body: bytes) -> None:
+    if ARGS.buffered:
+        held = Held()
+        await stream(held, body)  # type: ignore[arg-type]
+        writer.write(bytes(held.data))
+        await writer.drain()
+    else:
+        await stream(writer, body)
+    if ARGS.close_delimited:
+        writer.close()
+
+
+async def stream(writer: asyncio.StreamWriter, body: bytes) -> None:
     request = json.loads(body or b"{}")
     params = request.get("sampling_params", {})
     total = int(params.get("max_new_tokens", 16)) + ARGS.extra_tokens
@@ -190,9 +227,7 @@ async def generate(writer: asyncio.StreamWriter, body: bytes) -> None:
         if ARGS.token_delay_s:
             await asyncio.sleep(ARGS.token_delay_s)
     await send_chunk(writer, b"data: [DONE]\n\n")
-    if ARGS.close_delimited:
-        writer.close()
-    else:
+    if not ARGS.close_delimited:
         await send_chunk(writer, b"")
 
 

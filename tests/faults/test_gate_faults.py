@@ -18,7 +18,7 @@ from contextlib import ExitStack
 import pytest
 
 from tests.faults.conftest import Gate, quirky_command
-from tests.support import processes_with
+from tests.support import is_workload_baseline, processes_with, workload_baselines
 
 FAILED, INTERRUPTED, USAGE = (
     int(pytest.ExitCode.TESTS_FAILED),
@@ -209,7 +209,7 @@ def test_update_baselines_is_the_fix_for_a_corrupt_file_and_keeps_it(gate: Gate)
     files = gate.baseline_bytes()
     (aside,) = [name for name in files if ".unusable-" in name]
     assert files[aside] == b"{broken"
-    (good,) = [name for name in files if name.endswith(".json")]
+    (good,) = [name for name in files if is_workload_baseline(name)]
     assert json.loads(files[good])["workload"] == WORKLOAD
 
 
@@ -309,7 +309,7 @@ def _doctored_baseline(gate: Gate) -> None:
     loaded 2-core machine moves the run's throughput between 0.25x and 1.45x of the recording
     (with +10 % / 0.5x, a 21 % faster rerun once passed)."""
     _recorded(gate)
-    (path,) = gate.baselines.rglob("*.json")
+    (path,) = workload_baselines(gate.baselines)
     doc = json.loads(path.read_text())
     median = sorted(r["output_throughput"] for r in doc["repeats"])[1]
     for r, factor in zip(doc["repeats"], (1.5, 1.5, 0.2)):
@@ -338,7 +338,7 @@ def test_inconclusive_as_a_warning_passes_and_says_so(gate: Gate) -> None:
 def test_command_server_provenance_and_fingerprint(gate: Gate) -> None:
     recorded = gate.run("--perf-update-baselines", kind="command", server=quirky_command("-t", "2"))
     assert recorded.ret == 0, recorded.out[-3000:]
-    (path,) = gate.baselines.rglob("*.json")
+    (path,) = workload_baselines(gate.baselines)
     doc = json.loads(path.read_text())
     # A CPU-only host is named by its processor, not "0xunknown".
     assert path.name.startswith(f"{WORKLOAD}--cpu-") and "unknown" not in path.name

@@ -22,6 +22,7 @@ from perfgate.baseline import Baseline, BaselineStore, Fingerprint
 from perfgate.errors import BaselineError
 from perfgate.verdict import MetricRule
 from tests.faults.conftest import Gate, Outcome
+from tests.support import is_workload_baseline
 
 FAILED, INTERRUPTED, USAGE = (
     int(pytest.ExitCode.TESTS_FAILED),
@@ -155,7 +156,7 @@ def test_non_latin_names_get_a_baseline_each_and_are_both_gated(gate: Gate) -> N
     profile = gate.write("cjk.toml", text)
     recorded = gate.run("--perf-update-baselines", profile=profile)
     assert recorded.ret == 0, recorded.out[-3000:]
-    files = sorted(f for f in gate.baseline_bytes() if f.endswith(".json"))
+    files = sorted(f for f in gate.baseline_bytes() if is_workload_baseline(f))
     assert len(files) == 2, files
     stored = {json.loads((gate.baselines / f).read_text())["workload"]: f for f in files}
     assert set(stored) == {"チャット", "会話"}
@@ -163,7 +164,7 @@ def test_non_latin_names_get_a_baseline_each_and_are_both_gated(gate: Gate) -> N
     gated = gate.run(profile=profile)
     assert gated.ret == 0, gated.out[-3000:]
     assert "no-baseline" not in gated.out and "no baseline" not in gated.out, gated.out[-3000:]
-    assert sorted(f for f in gate.baseline_bytes() if f.endswith(".json")) == files
+    assert sorted(f for f in gate.baseline_bytes() if is_workload_baseline(f)) == files
 
 
 def test_safe_names_keep_their_file_names(gate: Gate) -> None:
@@ -202,7 +203,7 @@ def test_a_fifo_in_the_baselines_folder_is_named_not_read(gate: Gate) -> None:
     fifo.parent.mkdir(parents=True)
     os.mkfifo(fifo)
     outcome, elapsed = timed(gate)
-    refused_before_boot(outcome, INTERRUPTED, f"baseline {fifo}: cannot be read, it is a FIFO (named pipe)")
+    refused_before_boot(outcome, INTERRUPTED, f"baseline {fifo}: it is a FIFO (named pipe), not a regular file")
     assert "1 baseline file(s) of profile 'faults' cannot be used; nothing was run" in outcome.out
     assert elapsed < PROMPT_S
     assert gate.baseline_bytes() == {}
@@ -275,7 +276,7 @@ def test_baselines_list_and_show_name_a_fifo(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     listed = perfgate("baselines", "list", "--dir", str(tmp_path))
     assert listed.returncode == 2
-    assert f"perfgate: baseline {fifo}: cannot be read, it is a FIFO (named pipe)" in listed.stderr
+    assert f"perfgate: baseline {fifo}: it is a FIFO (named pipe), not a regular file" in listed.stderr
     shown = perfgate("baselines", "show", str(fifo))
     assert shown.returncode == 2
     assert shown.stderr.count("\n") == 1 and "it is a FIFO (named pipe), not a regular file" in shown.stderr

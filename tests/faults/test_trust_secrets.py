@@ -19,6 +19,7 @@ import pytest
 
 from perfgate._names import file_stem
 from tests.faults.conftest import Gate, Outcome, quirky_command
+from tests.support import workload_baselines
 
 FAILED, USAGE = int(pytest.ExitCode.TESTS_FAILED), int(pytest.ExitCode.USAGE_ERROR)
 WORKLOAD = "c16-in32-out16"
@@ -103,7 +104,7 @@ def test_an_attached_server_echoing_the_key_mid_run_leaks_it_nowhere(gate: Gate,
     assert errors and all("<redacted>" in e for e in errors), errors
     assert "<redacted>" in doc["server"]["server_info"]["last_request_header"]
     # The baseline records the redacted provenance.
-    (baseline,) = gate.baselines.rglob("*.json")
+    (baseline,) = workload_baselines(gate.baselines)
     assert (
         "<redacted>" in json.loads(baseline.read_text())["provenance"]["server"]["server_info"]["last_request_header"]
     )

@@ -21,6 +21,7 @@ from perfgate.profile import parse_profile
 from tests.baseline.baseline_factories import fingerprint
 from tests.faults.conftest import Gate, quirky_command
 from tests.faults.test_cli_faults import results
+from tests.support import workload_baselines
 
 FAILED, INTERRUPTED = int(pytest.ExitCode.TESTS_FAILED), int(pytest.ExitCode.INTERRUPTED)
 
@@ -65,6 +66,27 @@ def test_honest_counts_pass(gate: Gate, flags: tuple[str, ...]) -> None:
     outcome = gate.run(kind="command", server=quirky_command(*flags))
     assert outcome.ret == 0, outcome.out[-3000:]
     assert "token count:" not in outcome.out
+
+
+def test_a_server_that_sends_each_answer_at_once_has_no_tpot_and_records_nothing(gate: Gate) -> None:
+    # A buffering proxy in front of the server: before, TPOT was 0 ms, and as a baseline no later
+    # run could be slower.
+    outcome = gate.run("--perf-update-baselines", kind="command", server=quirky_command("--buffered"))
+    assert outcome.ret == FAILED, outcome.out[-3000:]
+    assert (
+        "gated mean_tpot_ms, p99_tpot_ms not measured (TPOT not measured: every request's tokens arrived in one "
+        "read of its stream)" in outcome.out
+    ), outcome.out[-3000:]
+    assert gate.baseline_bytes() == {}
+    no_traceback(outcome.out)
+    # Gated against an honest server's baseline: before, TPOT "improved" to 0 and the run passed.
+    assert gate.run("--perf-update-baselines", kind="command", server=quirky_command()).ret == 0
+    recorded = gate.baseline_bytes()
+    outcome = gate.run(kind="command", server=quirky_command(), env={"QUIRKY_BUFFERED": "1"})
+    assert outcome.ret == FAILED, outcome.out[-3000:]
+    assert "run invalid, so its latency is not judged" in outcome.out, outcome.out[-3000:]
+    assert "no baseline for this fingerprint" not in outcome.out
+    assert gate.baseline_bytes() == recorded
 
 
 @given(
@@ -202,7 +224,7 @@ def test_compare_of_different_profiles_or_fingerprints_needs_force(
 def _recorded(gate: Gate) -> Path:
     outcome = gate.run("--perf-update-baselines")
     assert outcome.ret == 0, outcome.out[-3000:]
-    (path,) = gate.baselines.rglob("*.json")
+    (path,) = workload_baselines(gate.baselines)
     return path
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import queue
 from contextlib import ExitStack
 from dataclasses import replace
@@ -11,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from perfgate.errors import LoadError
-from perfgate.load import run_workload
+from perfgate.load import arrival_offsets_s, run_workload
 from perfgate.load._shard import _Collector, worker_concurrency
 from perfgate.metrics import compute_metrics
 from perfgate.profile import Workload
@@ -48,6 +49,28 @@ def test_two_processes_merge_complete_records_with_the_same_metrics(sim):
     assert (b.completed, b.failed) == (a.completed, a.failed) == (W.num_prompts, 0)
     assert b.values["total_output_tokens"] == a.values["total_output_tokens"] == W.num_prompts * W.output_len
     assert b.values["total_input_tokens"] == a.values["total_input_tokens"]
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_no_request_is_sent_before_its_slot_when_a_sleep_ends_early(sim, monkeypatch, processes):
+    # uvloop's timers round to whole milliseconds and end up to ~1 ms early. Here this process's
+    # sleeps end far earlier, every time; spawned client processes sleep on the real uvloop.
+    sleep = asyncio.sleep
+
+    async def early(delay: float, *args):
+        await sleep(delay / 2 if delay > 0.002 else delay, *args)
+
+    monkeypatch.setattr(asyncio, "sleep", early)
+    paced = replace(W, request_rate=200.0, pacing="constant", client_processes=processes)
+    run = run_workload(sim.base_url, paced, model=sim.model)
+    due_s = arrival_offsets_s(paced, paced.num_prompts)
+    assert all(r.ok for r in run.records)
+    assert ("client sharded over 2 processes" in run.notes) == (processes == 2)
+    assert all(r.start_s - run.start_s >= due_s[r.index] for r in run.records), [
+        (r.index, r.start_s - run.start_s, due_s[r.index])
+        for r in run.records
+        if r.start_s - run.start_s < due_s[r.index]
+    ][:3]
 
 
 def test_more_processes_than_streams_is_refused_before_anything_runs():

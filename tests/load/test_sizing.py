@@ -33,7 +33,15 @@ SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
 def _plan(workload: Workload) -> LoadPlan:
-    return LoadPlan("http://127.0.0.1:9", workload, SGLangBackend("", True, {}), {}, ClientLimits(), 0, True)
+    return LoadPlan(
+        base_url="http://127.0.0.1:9",
+        workload=workload,
+        backend=SGLangBackend("", True, {}),
+        headers={},
+        limits=ClientLimits(),
+        seed_offset=0,
+        keep_alive=True,
+    )
 
 
 # 100 us of client CPU per chunk; 1,000 chunks/s per stream.

@@ -1,4 +1,5 @@
-"""What restarts the stall timer: only data events, however the bytes are split (issue #18);
+"""What restarts the stall timer: only data events that tell something new, however the bytes are
+split (issue #18);
 and what a request's error may quote of a body: never a key, wherever the body cuts."""
 
 from __future__ import annotations
@@ -32,7 +33,15 @@ noise = st.lists(st.tuples(noise_line, st.booleans()), max_size=30).map(
 
 
 def _plan(headers: dict[str, str] | None = None) -> LoadPlan:
-    return LoadPlan("http://127.0.0.1:9", W, SGLangBackend("", False, {}), headers or {}, ClientLimits(), 0, True)
+    return LoadPlan(
+        base_url="http://127.0.0.1:9",
+        workload=W,
+        backend=SGLangBackend("", False, {}),
+        headers=headers or {},
+        limits=ClientLimits(),
+        seed_offset=0,
+        keep_alive=True,
+    )
 
 
 def _bounds(data: bytes, cuts: list[int]) -> list[int]:
@@ -58,7 +67,34 @@ def test_a_data_event_counts_once_it_is_complete(before: bytes, after: bytes, cu
     # The read that completes the data line is the first that is progress.
     first = next(i for i, b in enumerate(_bounds(data, cuts)[1:]) if b >= end)
     assert set(fed[:first]) <= {Fed.NOTHING}
-    assert fed[first] is Fed.EVENT
+    assert fed[first] is Fed.PROGRESS
+
+
+# Data events that tell nothing new: empty objects, a chunk with no count or text, the same
+# count again, a finish reason of null.
+empty_event = st.sampled_from(
+    [
+        {},
+        {"meta_info": {}},
+        {"text": "", "meta_info": {"completion_tokens": 1}},
+        {"text": "x", "meta_info": {"completion_tokens": 1, "finish_reason": None}},
+        {"meta_info": {"completion_tokens": 1, "id": "q"}},
+    ]
+).map(lambda obj: b"data: " + json.dumps(obj).encode() + b"\n\n")
+
+
+@given(st.lists(st.tuples(empty_event, noise), max_size=20), st.lists(st.integers(min_value=0), max_size=10))
+def test_data_events_that_carry_nothing_new_are_no_progress(events: list[tuple[bytes, bytes]], cuts: list[int]) -> None:
+    # After the first token (progress), the server repeats itself: the stall timer must not restart.
+    data = b"".join(event + junk for event, junk in events)
+    reader = EventReader(_plan(), RequestRecord(index=0, input_tokens=8, requested_output_tokens=16), StreamState())
+    assert reader.data(EVENT, 1.0) is Fed.PROGRESS
+    assert {reader.data(data[a:b], 1.0) for a, b in itertools.pairwise(_bounds(data, cuts))} <= {Fed.NOTHING}
+    # A new token, a finish reason: progress again.
+    two = b"data: " + json.dumps({"text": "xx", "meta_info": {"completion_tokens": 2}}).encode() + b"\n\n"
+    assert reader.data(two, 1.0) is Fed.PROGRESS
+    done = {"text": "xx", "meta_info": {"completion_tokens": 2, "finish_reason": {"type": "length"}}}
+    assert reader.data(b"data: " + json.dumps(done).encode() + b"\n\n", 1.0) is Fed.PROGRESS
 
 
 @given(st.binary(max_size=1200), st.binary(max_size=400))

@@ -91,7 +91,43 @@ def test_no_steady_window_is_a_note():
     m = compute_metrics(run([rec(0, 100.0, [0.5, 1.0], [1, 1])]), target_concurrency=8)
     assert m.steady is None
     assert "steady_output_throughput" not in m.values
-    assert any("no steady-state window" in n for n in m.notes)
+    (why,) = {m.unmeasured[k] for k in ("steady_output_throughput", "steady_mean_tpot_ms", "steady_window_s")}
+    assert why.startswith("no steady-state window") and why in m.notes
+
+
+def test_a_steady_window_without_a_token_reports_no_steady_figures():
+    # 10 requests in flight for 2 s, their tokens only at the end: the server stalled while the load held.
+    m = compute_metrics(run([rec(i, 100.0, [1.98, 2.0], [1, 1]) for i in range(10)]), target_concurrency=10)
+    assert m.steady is None
+    steady = {"steady_output_throughput", "steady_mean_tpot_ms", "steady_window_s"}
+    assert not steady & m.values.keys()
+    why = "no steady figures: the steady window (1.9 s at >= 90% of 10 in flight) holds no output token"
+    assert {k: m.unmeasured[k] for k in steady} == dict.fromkeys(steady, why)
+    assert why in m.notes
+    # The rest of the run was measured as usual.
+    assert m.values["output_throughput"] == pytest.approx(20 / 4)
+
+
+def test_streams_read_whole_have_no_tpot_rather_than_a_tpot_of_zero():
+    # Each request's 4 tokens in one read (the client lagged): no gap was seen, none is reported.
+    whole = [rec(i, 100.0 + i, [0.5, 0.5, 0.5], [2, 1, 1]) for i in range(3)]
+    m = compute_metrics(run(whole), target_concurrency=1)
+    for family in ("tpot", "itl"):
+        assert not any(k.endswith(f"_{family}_ms") for k in m.values)
+        why = f"{family.upper()} not measured: every request's tokens arrived in one read of its stream"
+        assert m.unmeasured[f"mean_{family}_ms"] == m.unmeasured[f"p99_{family}_ms"] == why
+        assert any(n.startswith(why) for n in m.notes)
+    assert m.values["mean_ttft_ms"] == pytest.approx(500)
+    # One request that streamed is a measurement: bench_serving's definition over all of them.
+    m = compute_metrics(run([*whole, rec(3, 100.0, [0.5, 0.8], [1, 3])]), target_concurrency=1)
+    assert m.values["mean_tpot_ms"] == pytest.approx(1000 * 0.3 / 3 / 4)
+    assert "mean_tpot_ms" not in m.unmeasured
+
+
+def test_no_sample_says_why():
+    m = compute_metrics(run([rec(0, 100.0, [0.5], [1])]), target_concurrency=1)
+    assert m.unmeasured["p99_tpot_ms"] == "no completed request had two output tokens"
+    assert "p99_tpot_ms" not in m.values
 
 
 def _reference_token_times(records):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import PERF_TESTS
+from tests.support import PERF_TESTS, workload_baselines
 
 PROFILE = """
 name = "fast-sim"
@@ -33,6 +33,10 @@ startup_delay_s = 0.2
 source = "dcgm"
 dcgm_endpoints = ["{{base_url}}/dcgm/metrics"]
 interval_s = 0.05
+
+[correctness]
+enabled = false
+reason = "these cases are about the speed gate; tests/faults/test_correctness_faults.py gates the probe"
 
 [gate]
 repeats = 3
@@ -109,7 +113,7 @@ def gate(pytester: pytest.Pytester, tmp_path: Path):
 def test_first_run_has_no_baseline_and_says_how_to_record_one(gate, tmp_path):
     junit = tmp_path / "junit.xml"
     result = gate(f"--junitxml={junit}")
-    result.assert_outcomes(passed=1, skipped=4)
+    result.assert_outcomes(passed=1, skipped=5)
     # Every test carries the workload's metrics as JUnit properties.
     xml = junit.read_text()
     assert '<property name="perf.output_throughput"' in xml and '<property name="perf.mean_tpot_ms"' in xml
@@ -123,25 +127,25 @@ def test_first_run_has_no_baseline_and_says_how_to_record_one(gate, tmp_path):
 
 def test_record_then_pass_then_catch_a_slowdown(gate):
     recorded = gate("--perf-update-baselines")
-    recorded.assert_outcomes(passed=3, skipped=2)
+    recorded.assert_outcomes(passed=3, skipped=3)
     assert {k: v for k, v in summary_verdicts(recorded.stdout.str()).items() if v != "info"} == {
         (WORKLOAD, m): "recorded" for m in GATED
     }
-    files = list(gate.baselines.rglob("*.json"))
+    files = workload_baselines(gate.baselines)
     assert len(files) == 1 and "c16-in32-out16" in files[0].name
     doc = json.loads(files[0].read_text())
     assert len(doc["repeats"]) == 3 and doc["repeats"][0]["output_throughput"] > 0
     assert doc["provenance"]["date"] and "server" in doc["provenance"]
 
     same = gate()
-    same.assert_outcomes(passed=3, skipped=2)
+    same.assert_outcomes(passed=3, skipped=3)
     assert summary_verdicts(same.stdout.str()) == {
         **{(WORKLOAD, m): "PASS" for m in GATED},
         **{(WORKLOAD, m): "info" for m in (*INFO, "gpu_power_min_w")},
     }
 
     slow = gate(env={"PERFGATE_SIM_SLOWDOWN": "2.0"})
-    slow.assert_outcomes(passed=1, failed=2, skipped=2)
+    slow.assert_outcomes(passed=1, failed=2, skipped=3)
     out = slow.stdout.str()
     number = r"[\d,]+\.?\d*"
     assert re.search(
@@ -165,14 +169,14 @@ def test_record_then_pass_then_catch_a_slowdown(gate):
         "--perf-accept-regression=moved to a slower GPU",
         env={"PERFGATE_SIM_SLOWDOWN": "2.0"},
     )
-    accepted.assert_outcomes(passed=3, skipped=2)
+    accepted.assert_outcomes(passed=3, skipped=3)
     doc = json.loads(files[0].read_text())
     assert doc["provenance"]["accepted_regression"]["reason"] == "moved to a slower GPU"
 
 
 def test_absolute_floor_fails_without_any_baseline(gate):
     result = gate(sim_extra="idle_gpus = 1", gate_extra="floors = { gpu_power_min_w = 150 }")
-    result.assert_outcomes(passed=1, failed=1, skipped=3)
+    result.assert_outcomes(passed=1, failed=1, skipped=4)
     out = result.stdout.str()
     assert re.search(r"c16-in32-out16: gpu_power_min_w [\d.]+ W < floor 150.0 W\n", out)
     assert summary_verdicts(out)[(WORKLOAD, "gpu_power_min_w")] == "FAIL"
@@ -309,7 +313,7 @@ def test_results_files_and_compare_exit_code(gate, tmp_path, monkeypatch):
 def test_repeats_are_pytest_benchmark_rounds(gate, tmp_path):
     out = tmp_path / "bench.json"
     result = gate(f"--benchmark-json={out}")
-    result.assert_outcomes(passed=1, skipped=4)
+    result.assert_outcomes(passed=1, skipped=5)
     doc = json.loads(out.read_text())
     (bench,) = doc["benchmarks"]
     assert bench["stats"]["rounds"] == 3
@@ -330,7 +334,23 @@ def test_repeats_are_pytest_benchmark_rounds(gate, tmp_path):
 def test_confirm_on_fail_reruns_before_failing(gate):
     assert gate("--perf-update-baselines").ret == 0
     slow = gate(gate_extra="confirm_on_fail = true", env={"PERFGATE_SIM_SLOWDOWN": "2.0"})
-    slow.assert_outcomes(passed=1, failed=2, skipped=2)
+    slow.assert_outcomes(passed=1, failed=2, skipped=3)
     out = slow.stdout.str()
     # Six measured repeats (3 + 3 to confirm) against 3: complete separation gives p = 1/C(9,3).
     assert "Mann-Whitney p=0.012" in out
+
+
+def test_the_summary_says_what_explain_stored_and_what_it_compared_with(gate):
+    # The slice is the extra repeat's second wave of 16 requests, 17 steps: slowed down to 3-4 s, so
+    # that it outlasts the progress tick (0.5 s) that starts the capture and holds the 2 steps profiled.
+    slow, steps = {"PERFGATE_SIM_SLOWDOWN": "30"}, "[explain]\nnum_steps = 2"
+    recorded = gate("--perf-update-baselines", "--perf-explain", gate_extra=steps, env=slow)
+    recorded.assert_outcomes(passed=3, skipped=3)
+    (reference,) = gate.baselines.rglob("explain/*.json")
+    line = next(x for x in recorded.outlines if x.startswith(f"explain: {WORKLOAD}: "))
+    # Further notes may follow on a loaded host (a load that ended before the capture did).
+    assert line.startswith(f"explain: {WORKLOAD}: profiled 2 steps (kernel); stored as the reference profile"), line
+    gated = gate("--perf-explain", gate_extra=steps, env=slow)
+    gated.assert_outcomes(passed=3, skipped=3)
+    compared = f"explain: {WORKLOAD}: compared with the reference profile {reference}"
+    assert any(x.startswith(compared) for x in gated.outlines), gated.outlines[-30:]

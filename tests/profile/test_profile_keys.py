@@ -23,8 +23,7 @@ from perfgate.profile._reference import SECTION, reference_markdown
 from perfgate.sim._options import sim_options
 
 REPO = Path(__file__).resolve().parents[2]
-README = REPO / "README.md"
-REGENERATE = "python -m perfgate.profile --reference --update README.md"
+PAGE = REPO / SECTION.page
 
 SIM = """
 [server]
@@ -54,9 +53,10 @@ def sim_error(line: str) -> str:
 # -- the reference -------------------------------------------------------------------------
 
 
-def test_readme_reference_is_the_generated_one():
-    assert SECTION.read(README) == reference_markdown(), (
-        f"README.md's profile key reference differs from the key declarations; regenerate it with: {REGENERATE}"
+def test_the_docs_profile_key_reference_is_the_generated_one():
+    assert SECTION.read(PAGE) == reference_markdown(), (
+        f"{SECTION.page}'s profile key reference differs from the key declarations; regenerate it with: "
+        f"{SECTION.regenerate}"
     )
 
 
@@ -75,11 +75,11 @@ def test_shown_defaults_match_what_the_code_uses():
 def test_reference_command_prints_and_updates(tmp_path, capsys):
     assert profile_main(["--reference"]) == 0
     assert capsys.readouterr().out == reference_markdown()
-    stale = tmp_path / "README.md"
-    stale.write_text(README.read_text().replace("| `kind` | string |", "| `kind` | str |"))
+    stale = tmp_path / "profiles.md"
+    stale.write_text(PAGE.read_text().replace("| `kind` | string |", "| `kind` | str |"))
     assert profile_main(["--reference", "--update", str(stale)]) == 0
     assert "updated" in capsys.readouterr().out
-    assert stale.read_text() == README.read_text()
+    assert stale.read_text() == PAGE.read_text()
     assert profile_main(["--reference", "--update", str(tmp_path / "missing.md")]) == 2
     assert "missing.md" in capsys.readouterr().err
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from perfgate._files import Artefacts
-from perfgate.report._plots import _baseline_values, write_plots
+from perfgate.report._plots import _baseline_values, _figure, rolling_rate, write_plots
 
 pytest.importorskip("matplotlib")
 
@@ -100,3 +100,40 @@ def test_one_png_per_sweep_with_the_curve_against_the_baselines(
     (png,) = _plots({"workloads": [], "sweeps": [_sweep(capacity, baseline)]}, tmp_path)
     assert png == tmp_path / "cap-capacity.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_the_rolling_rate_turns_a_comb_of_bins_into_the_steady_rate() -> None:
+    # 1,000 tok/s arriving in bursts: 200 tokens every other 0.1 s bin, as at high concurrency.
+    comb = [200, 0] * 30
+    rates = rolling_rate(comb, 0.1, 1.0)
+    assert len(rates) == len(comb)
+    assert all(r == pytest.approx(1000.0) for r in rates[5:-5])
+    # The edges average the bins there are, over the time they cover: never a drop to zero.
+    assert all(800.0 <= r <= 1200.0 for r in rates)
+    assert rolling_rate([3, 4], 0.5, 0.1) == [6.0, 8.0]  # a window below one bin is the bin itself
+    assert rolling_rate([], 0.1, 1.0) == []
+
+
+def test_the_throughput_panel_draws_the_rolling_rate_over_faint_bins_and_keeps_the_legend_off_the_data() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    doc = _doc(power=True, baseline=180.0)
+    doc["workloads"][0]["repeats"][0]["timeline"]["output_tokens"] = [40, 0] * 5
+    fig = _figure(plt, doc["workloads"][0])
+    try:
+        fig.tight_layout()
+        fig.canvas.draw()
+        ax = fig.axes[0]
+        bins, rolling = ax.get_lines()[:2]
+        assert list(bins.get_ydata()) == pytest.approx([400, 0] * 5)
+        assert bins.get_alpha() is not None and bins.get_alpha() <= 0.3
+        assert list(rolling.get_ydata()) == pytest.approx(rolling_rate([40, 0] * 5, 0.1, 1.0))
+        assert rolling.get_alpha() is None and "rolling 1 s" in rolling.get_label()
+        legend = ax.get_legend()
+        renderer = fig.canvas.get_renderer()
+        assert not legend.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))
+    finally:
+        plt.close(fig)

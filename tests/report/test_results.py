@@ -69,7 +69,7 @@ def test_every_request_is_in_the_file_as_a_list_of_objects(tmp_path):
         and streamed[3] == requests[3]
         and streamed[:2] == requests[:2]
     )
-    assert path.read_text().startswith('{\n "created": ')
+    assert path.read_text().startswith('{\n "correctness": null,\n "created": ')
 
 
 def test_writing_the_results_takes_the_memory_of_a_request_not_of_the_run(tmp_path):

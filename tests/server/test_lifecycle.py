@@ -5,7 +5,9 @@ Every failure must end with a clear message within its bound and leave no proces
 
 from __future__ import annotations
 
+import re
 import socket
+import sys
 import time
 import uuid
 from contextlib import ExitStack
@@ -15,6 +17,7 @@ import httpx
 import pytest
 
 from perfgate.errors import ServerError
+from perfgate.profile import ServerSpec
 from perfgate.server import build_command, start_server
 from tests.support import processes_with, sim_spec
 
@@ -60,6 +63,55 @@ def test_hang_at_boot_times_out_within_bound(tmp_path):
     assert time.monotonic() - t0 < 3.0 + 15.0
     assert "startup_timeout_s" in str(exc.value)
     assert processes_with(marker) == []
+
+
+# A stand-in server's last words: a child's traceback as SGLang logs it, then the kill of its own tree.
+_DIES = """
+import os, signal, sys, traceback
+try:
+    raise RuntimeError("The NVIDIA driver on your system is too old (found version 12040)")
+except RuntimeError:
+    print("[2026-12-02 15:04:08] Scheduler hit an exception: " + traceback.format_exc(), flush=True)
+print("[2026-12-02 15:04:08] SIGQUIT received. It usually means one child failed.", flush=True)
+{end}
+"""
+
+
+@pytest.mark.parametrize(
+    ("end", "headline"),
+    [
+        (
+            "os.kill(os.getpid(), signal.SIGKILL)",
+            "was killed by SIGKILL before {url} answered 200; the last error in its log: RuntimeError: The NVIDIA "
+            "driver on your system is too old (found version 12040) (a server that kills its own processes when one "
+            "fails, as SGLang does, ends this way; so does the kernel's OOM killer: check `dmesg`)",
+        ),
+        (
+            "sys.exit(1)",
+            "exited with code 1 before {url} answered 200; the last error in its log: RuntimeError: The NVIDIA "
+            "driver on your system is too old (found version 12040)",
+        ),
+    ],
+    ids=["sigkill", "exit"],
+)
+def test_a_server_that_dies_names_the_last_error_in_its_log(tmp_path, end, headline):
+    script = tmp_path / "dies.py"
+    script.write_text(_DIES.format(end=end))
+    spec = ServerSpec(kind="command", command=(sys.executable, str(script), "{port}"), startup_timeout_s=20)
+    with pytest.raises(ServerError) as exc, ExitStack() as stack:
+        start_server(spec, log_dir=tmp_path / "logs", stack=stack)
+    url = re.search(r"before (\S+) answered", str(exc.value)).group(1)
+    assert f"server {headline.format(url=url)} (command: " in str(exc.value)
+
+
+def test_a_server_killed_without_a_word_is_pointed_at_the_oom_killer(tmp_path):
+    script = tmp_path / "killed.py"
+    script.write_text("import os, signal\nprint('loading', flush=True)\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    spec = ServerSpec(kind="command", command=(sys.executable, str(script), "{port}"), startup_timeout_s=20)
+    with pytest.raises(ServerError) as exc, ExitStack() as stack:
+        start_server(spec, log_dir=tmp_path / "logs", stack=stack)
+    assert "answered 200 (the kernel's OOM killer sends this; check `dmesg`) (command: " in str(exc.value)
+    assert "last error" not in str(exc.value)
 
 
 def test_bad_flag_shows_the_servers_own_complaint(tmp_path):

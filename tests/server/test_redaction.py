@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import string
 from urllib.parse import quote, quote_plus
 
 import pytest
@@ -67,6 +68,40 @@ def test_the_encodings_a_server_echoes_are_gone_too(secret: str, before: str, af
     for lead in range(3):
         encoded = base64.b64encode(b"x" * lead + secret.encode() + b"y").decode()
         assert encoded not in reg.text(encoded)
+
+
+def test_a_basic_header_loses_its_whole_base64_word() -> None:
+    """The part of base64 that depends only on the key is found; the characters around it encode
+    the key's first and last bytes (here "Bearer sk" and "00"), so the whole word goes."""
+    key = "sk-perfgate-test-0123456789-00"
+    header = "Authorization: Basic " + base64.b64encode(f"Bearer {key}".encode()).decode() + "\r\nX: 1"
+    reg = _registry(key)
+    assert reg.text(header) == "Authorization: Basic <redacted>\r\nX: 1"
+    assert "".join(reg.stream([header[:25], header[25:40], header[40:]])) == reg.text(header)
+    assert b"".join(reg.redact_lines([header[:30].encode(), header[30:].encode()])) == reg.text(header).encode()
+
+
+@settings(max_examples=300)
+@given(
+    # Keys (the text around the word shares no character with them).
+    secret=st.text(string.ascii_letters + string.digits + "-_.~", min_size=MIN_SECRET_CHARS, max_size=40),
+    lead=st.binary(max_size=20),
+    trail=st.binary(max_size=20),
+    before=st.text(' :,"{}', max_size=20),
+    after=st.text(' :,"{}', max_size=20),
+    cuts=st.lists(st.integers(0, 300), max_size=4),
+)
+def test_base64_of_a_secret_among_any_bytes_is_redacted_to_its_word_edges(
+    secret: str, lead: bytes, trail: bytes, before: str, after: str, cuts: list[int]
+) -> None:
+    word = base64.b64encode(lead + secret.encode() + trail).decode()
+    text = before + word + after
+    reg = _registry(secret)
+    out = reg.text(text)
+    # Nothing of the word is left, whatever the alignment; the text around it is untouched.
+    assert out == before + marker_for(reg.values) + after
+    bounds = sorted({min(c, len(text)) for c in cuts})
+    assert "".join(reg.stream([text[a:b] for a, b in zip([0, *bounds], [*bounds, len(text)])])) == out
 
 
 @settings(max_examples=300)

@@ -9,6 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from perfgate.catalogue import names
 from perfgate.errors import ProfileError, TelemetryError
 from perfgate.profile import parse_profile
 from perfgate.session import Session, SessionOptions
@@ -121,8 +122,8 @@ def test_a_gated_server_metric_needs_the_servers_metrics(tmp_path):
     try:
         with pytest.raises(
             TelemetryError,
-            match=r"server_cache_hit_rate is gated but server metrics: GET http://127.0.0.1:\d+/nope "
-            r"answered HTTP 404 \(SGLang serves /metrics only with --enable-metrics\)",
+            match=r"server_cache_hit_rate is gated but the server's metrics cannot be read: "
+            r"GET http://127.0.0.1:\d+/nope answered HTTP 404 \(SGLang serves /metrics only with --enable-metrics\)",
         ):
             s.server()
     finally:
@@ -235,6 +236,21 @@ def test_multi_turn_sessions_wait_think_interleave_and_hit_the_cache(tmp_path, p
     assert hit_chat == pytest.approx(624 / 1048, abs=0.02) and hit_random < 0.01
 
 
+def _repeat(values, *, unmeasured=None, server_note=""):
+    from types import SimpleNamespace
+
+    from perfgate.session import RepeatResult
+
+    load = SimpleNamespace(records=[], client=SimpleNamespace(valid=True), steady_warmup=None)
+    # One completed request: a repeat without any is invalid for that reason alone.
+    metrics = SimpleNamespace(values=values, failed=0, completed=1, steady=None, unmeasured=unmeasured or {})
+    return RepeatResult(load, metrics, None, server_note=server_note)  # type: ignore[arg-type]
+
+
+# Every client metric measured: what a repeat that measured everything carries.
+CLIENT = dict.fromkeys(names("client"), 1.0)
+
+
 @pytest.mark.parametrize(
     ("values", "note"),
     [
@@ -244,18 +260,56 @@ def test_multi_turn_sessions_wait_think_interleave_and_hit_the_cache(tmp_path, p
     ],
 )
 def test_a_gated_server_metric_missing_or_nan_makes_the_run_invalid(tmp_path, values, note):
-    from types import SimpleNamespace
-
-    from perfgate.session import RepeatResult
-
     gated = SHARED.replace('name = "shared"', 'name = "shared"\nfloors = { server_cache_hit_rate = 0.5 }')
     s = session(tmp_path, gated)
-    load = SimpleNamespace(records=[], client=SimpleNamespace(valid=True))
-    # One completed request: a repeat without any is invalid for that reason alone.
-    metrics = SimpleNamespace(values=values, failed=0, completed=1, steady=None)
-    rep = RepeatResult(load, metrics, None, server_note=note)  # type: ignore[arg-type]
+    rep = _repeat(CLIENT | values, server_note=note)
     (reason,) = s.invalid_reasons(s.profile.workload("shared"), [rep])
     why = note or "the server's /metrics does not report it"
     assert reason == f"repeat 1: gated server_cache_hit_rate not measured ({why})"
-    rep.metrics.values = {"server_cache_hit_rate": 0.2}
+    rep.metrics.values = CLIENT | {"server_cache_hit_rate": 0.2}
     assert s.invalid_reasons(s.profile.workload("shared"), [rep]) == []
+
+
+STEADY = "no steady figures: the steady window (0.7 s at >= 90% of 12 in flight) holds no output token"
+ONE_READ = "TPOT not measured: every request's tokens arrived in one read of its stream"
+
+
+@pytest.mark.parametrize(
+    ("gated", "unmeasured", "reasons"),
+    [
+        # A stall while the load held: the steady figures are absent, and only a gate on them cares.
+        ("", dict.fromkeys(["steady_output_throughput", "steady_mean_tpot_ms"], STEADY), []),
+        (
+            "floors = { steady_output_throughput = 10 }",
+            dict.fromkeys(["steady_output_throughput", "steady_mean_tpot_ms"], STEADY),
+            [f"repeat 1: gated steady_output_throughput not measured ({STEADY})"],
+        ),
+        # The verdict would say "not measured" and pass a gated TPOT that no request gave.
+        (
+            "",
+            dict.fromkeys(["mean_tpot_ms", "p99_tpot_ms"], ONE_READ),
+            [f"repeat 1: gated mean_tpot_ms, p99_tpot_ms not measured ({ONE_READ})"],
+        ),
+        (
+            "floors = { steady_output_throughput = 10 }",
+            {"mean_tpot_ms": ONE_READ, "p99_tpot_ms": ONE_READ, "steady_output_throughput": STEADY},
+            [
+                f"repeat 1: gated mean_tpot_ms, p99_tpot_ms not measured ({ONE_READ})",
+                f"repeat 1: gated steady_output_throughput not measured ({STEADY})",
+            ],
+        ),
+        # Missing without a reason given: still invalid, and it says the client had no value.
+        ("", {"p99_tpot_ms": ""}, ["repeat 1: gated p99_tpot_ms not measured (the client reported no value)"]),
+        ("", {"mean_itl_ms": "no completed request had two output tokens"}, []),
+    ],
+)
+def test_a_gated_client_metric_the_repeat_did_not_measure_makes_the_run_invalid(tmp_path, gated, unmeasured, reasons):
+    s = session(tmp_path, SHARED.replace('name = "shared"', f'name = "shared"\n{gated}'))
+    values = {k: v for k, v in CLIENT.items() if k not in unmeasured}
+    why = {k: v for k, v in unmeasured.items() if v}
+    workload = s.profile.workload("shared")
+    assert s.invalid_reasons(workload, [_repeat(values, unmeasured=why)]) == reasons
+    # A NaN is no number either.
+    nan = CLIENT | dict.fromkeys(unmeasured, float("nan"))
+    assert s.invalid_reasons(workload, [_repeat(nan, unmeasured=why)]) == reasons
+    assert s.invalid_reasons(workload, [_repeat(CLIENT)]) == []

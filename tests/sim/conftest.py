@@ -79,6 +79,7 @@ def start_sim(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> 
     full_env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
     full_env.pop("PERFGATE_SIM_SLOWDOWN", None)
     full_env.pop("PERFGATE_SIM_DISABLE_RADIX_CACHE", None)
+    full_env.pop("PERFGATE_SIM_SLOW_KERNEL", None)
     full_env.update(env or {})
     with log_path.open("w") as log:
         proc = subprocess.Popen(

@@ -242,23 +242,33 @@ def test_gauges_without_a_sample_in_the_window_are_not_measured_and_say_why():
 
 
 @pytest.mark.parametrize(
-    "status, text, message",
+    "status, text, sglang, message",
     [
         (
             404,
             "Not Found",
-            r"GET http://sim/metrics answered HTTP 404 \(SGLang serves /metrics only with --enable-metrics\)",
+            True,
+            r"^GET http://sim/metrics answered HTTP 404 \(SGLang serves /metrics only with --enable-metrics\)$",
         ),
-        (500, "boom", r"answered HTTP 500$"),
-        (200, "# TYPE up gauge\nup 1\n", r"serves Prometheus text without sglang:\* or vllm:\* metrics"),
-        (200, "{{{ not prometheus", r"serves Prometheus text without sglang:\* or vllm:\* metrics"),
-        (200, BROKEN, r"failed: ValueError"),
+        # Another engine gets no SGLang advice, but the profile key that names the path.
+        (
+            404,
+            "Not Found",
+            False,
+            r"^GET http://sim/metrics answered HTTP 404 \(no Prometheus metrics at /metrics: set \[telemetry\] "
+            r'server_metrics_path to the path this server serves them on, or "" not to read them\)$',
+        ),
+        (500, "boom", True, r"^GET http://sim/metrics answered HTTP 500$"),
+        (500, "boom", False, r"^GET http://sim/metrics answered HTTP 500$"),
+        (200, "# TYPE up gauge\nup 1\n", False, r"^http://sim/metrics serves Prometheus text"),
+        (200, "{{{ not prometheus", False, r"serves Prometheus text without sglang:\* or vllm:\* metrics"),
+        (200, BROKEN, False, r"^GET http://sim/metrics failed: ValueError"),
     ],
 )
-def test_open_names_why_the_metrics_cannot_be_read(status, text, message):
+def test_open_names_why_the_metrics_cannot_be_read(status, text, sglang, message):
     fake = FakeServer([text], status=status)
     with pytest.raises(TelemetryError, match=message):
-        open_server_monitor("http://sim", "/metrics", transport=httpx.MockTransport(fake.handler))
+        open_server_monitor("http://sim", "/metrics", sglang=sglang, transport=httpx.MockTransport(fake.handler))
 
 
 def test_the_simulators_metrics_give_exact_counts_over_a_bracketed_run(tmp_path):

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -106,6 +107,25 @@ def test_every_stage_on_the_simulator(tmp_path: Path) -> None:
     # The slower server was attached: the regress stage ran only the c256 workload.
     assert set(stages["regress"]["workloads"]) == {"gen-c256-in512-out128"}
     assert report["regression"] == {"server_args": "--max-running-requests 32", "attached": True}
+    assert report["explain"] is False and "explain" not in stages["gate"]["workloads"]["gen-c256-in512-out128"]
+
+
+def test_explain_mode_on_the_simulator(tmp_path: Path) -> None:
+    """GPU_SGLANG_EXPLAIN=1: gen-c256 alone in every stage; record stores its reference profile,
+    gate and regress are diffed against it, and the report carries each slice in brief."""
+    proc = run_script(tmp_path, GPU_SGLANG_EXPLAIN="1")
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert proc.returncode == 0, (report["problems"], proc.stdout[-3000:], proc.stderr[-2000:])
+    assert report["explain"] is True
+    stages = report["stages"]
+    assert {set(e["workloads"]) == {"gen-c256-in512-out128"} for e in stages.values()} == {True}
+    assert "test_gpu_power[light-c1]" not in stages["record"]["tests"]
+    recorded = stages["record"]["workloads"]["gen-c256-in512-out128"]["explain"]
+    assert recorded["source"] == "kernel" and recorded["rows"] and "diff" not in recorded
+    assert recorded["capture_s"] > 0 and recorded["trace_bytes"] > 0
+    for stage in ("gate", "regress"):
+        diff = stages[stage]["workloads"]["gen-c256-in512-out128"]["explain"]["diff"]
+        assert diff["rows"] and diff["ranked_by"] in ("ms_per_step", "step_share"), diff
 
 
 @pytest.mark.parametrize(
@@ -158,3 +178,45 @@ def test_report_names_each_expectation_that_did_not_hold(tmp_path: Path) -> None
         "gate: test_missing[x] is missing, expected passed",
         "gate: test_throughput[c] failed without 'output_throughput' in its message: c: mean_tpot_ms worse",
     ]
+
+
+def _spread_module() -> object:
+    spec = importlib.util.spec_from_file_location("boot_spread", REPO / "benchmarks" / "boot_spread.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    # Its dataclasses look their module up by name.
+    sys.modules.setdefault("boot_spread", mod)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_noise_boots_on_the_simulator_report_their_spread(tmp_path: Path) -> None:
+    proc = run_script(tmp_path, GPU_SGLANG_NOISE_BOOTS="2", GPU_SGLANG_NOISE_REPEATS="2")
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert proc.returncode == 0, (report["problems"], proc.stdout[-3000:], proc.stderr[-2000:])
+    spread = json.loads((tmp_path / "work" / "boot-spread.json").read_text())
+    assert spread["ok"] and spread["boots"] == 2 and spread["valid"] == [True, True]
+    assert [len(values) for values in spread["per_boot"]] == [2, 2]
+    assert spread["low"] <= spread["median"] <= spread["high"]
+    # The floor is the worst record-then-gate drop of these boots, rounded up to a whole percent.
+    assert spread["tolerance_floor"] >= -spread["worst_change"] > spread["tolerance_floor"] - 0.01
+    assert spread["within_boot"] is not None
+    assert "boot spread of output_throughput over 2 boots" in proc.stdout
+
+
+def test_boot_spread_arithmetic_and_too_few_boots() -> None:
+    mod: Any = _spread_module()
+    boots = [mod.Boot(f"boot-{i}", v, True, [], [], []) for i, v in enumerate([[100.0], [80.0, 84.0], [90.0]])]
+    s = mod.spread(boots)
+    assert (s.low, s.high, s.median) == (82.0, 100.0, 90.0)
+    assert s.worst_change == pytest.approx(-0.18) and s.tolerance_floor == 0.18
+    assert s.within_boot == pytest.approx(0.05)
+    with pytest.raises(ValueError, match="1 boot"):
+        mod.spread(boots[:1])
+
+
+def test_boot_spread_says_when_there_is_nothing_to_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    mod: Any = _spread_module()
+    assert mod.main([str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "0 boot(s) with results" in out and json.loads(out.splitlines()[-1])["ok"] is False

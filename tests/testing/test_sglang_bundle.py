@@ -137,6 +137,15 @@ def test_an_asked_extra_is_followed() -> None:
     assert "uvloop" in plan.carry
 
 
+def test_a_root_is_taken_under_the_targets_markers() -> None:
+    """perfgate's own requirements are roots with markers: tomli only below Python 3.11, which a
+    3.12 target never resolves (the bundle build of 2026-12-02 stopped on it)."""
+    plan = select_carry(CANDS, ["openai", 'tomli>=1.1; python_version < "3.11"'], HAVE, {}, "3.12")
+    assert "tomli" not in plan.carry and "openai" in plan.carry
+    with pytest.raises(SGLangBundleError, match="holds no tomli"):
+        select_carry(CANDS, ['tomli>=1.1; python_version < "3.11"'], HAVE, {}, "3.10")
+
+
 def test_a_requirement_the_resolution_lacks_or_contradicts_is_an_error() -> None:
     with pytest.raises(SGLangBundleError, match="holds no sniffio"):
         select_carry({"openai": CANDS["openai"]}, ["openai"], {}, {}, "3.12")

@@ -21,7 +21,10 @@ def test_presets_have_the_documented_shapes() -> None:
     assert (tiny.context_len, tiny.vocab_size, tiny.dtype) == (4096, 2048, "float32")
     gpu = resolve_spec("gpu")
     assert (gpu.hidden_size, gpu.num_layers, gpu.dtype) == (2048, 16, "bfloat16")
-    assert set(SIZES) == {"tiny", "gpu"}
+    moe = resolve_spec("gpu-moe")
+    assert (moe.hidden_size, moe.num_layers, moe.num_experts, moe.experts_per_token) == (2048, 16, 8, 2)
+    assert (moe.intermediate_size, moe.dtype, moe.family, gpu.family) == (1408, "bfloat16", "mixtral", "llama")
+    assert set(SIZES) == {"tiny", "gpu", "gpu-moe"}
 
 
 def test_explicit_fields_override_the_preset() -> None:
@@ -38,6 +41,10 @@ def test_explicit_fields_override_the_preset() -> None:
         ({"hidden_size": 100, "num_heads": 3}, "not a multiple of num_heads 3"),
         ({"dtype": "int8"}, "dtype must be one of"),
         ({"seed": -1}, "seed must be an integer >= 0"),
+        ({"defect": "broken"}, "defect must be one of 'none', 'perturbed', 'nan'"),
+        ({"num_experts": -1}, "num_experts must be an integer >= 0"),
+        ({"num_experts": 4, "experts_per_token": 0}, "experts_per_token must be an integer >= 1"),
+        ({"num_experts": 2, "experts_per_token": 3}, "experts_per_token 3 is more than num_experts 2"),
     ],
 )
 def test_bad_parameters_raise_one_clear_error(kwargs: dict[str, object], fragment: str, tmp_path: Path) -> None:
@@ -102,3 +109,15 @@ def test_link_over_a_real_directory_is_a_clear_error(tmp_path: Path, capsys: pyt
     assert f"cannot point {taken} at" in err and "--link" in err
     assert (taken / "keep").read_text() == "x"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "taken"]
+
+
+def test_a_defect_gets_its_own_cache_key() -> None:
+    keys = {cache_key(resolve_spec(defect=d)) for d in ("none", "perturbed", "nan", "none")}
+    assert len(keys) == 3
+
+
+def test_experts_get_their_own_cache_key_and_the_dense_model_keeps_its_own() -> None:
+    dense = resolve_spec()
+    assert cache_key(dense) == cache_key(resolve_spec(num_experts=0, experts_per_token=4))
+    keys = {cache_key(resolve_spec(num_experts=e, experts_per_token=k)) for e, k in ((0, 2), (4, 2), (4, 1), (8, 2))}
+    assert len(keys) == 4

@@ -9,15 +9,29 @@ error). After session/ in the data flow; report/ renders the summary.
 """
 
 from perfgate.ab._candidate import Candidate, Label, Variant, parse_args, parse_env, variants
+from perfgate.ab._options import (
+    CLI_FLAGS,
+    DEFAULT_ROUNDS,
+    PLUGIN_FLAGS,
+    AbFlags,
+    add_ab_options,
+    candidate_from,
+    rounds_from,
+    whole,
+)
 from perfgate.ab._order import abba_order
-from perfgate.ab._run import DEFAULT_ROUNDS, AbOptions, run_ab
+from perfgate.ab._run import AbOptions, AbPlan, plan_ab, run_ab
 from perfgate.ab._select import select_workloads
 from perfgate.ab._summary import VERSION_KEYS, AbRun, AbSummary, AbWorkload, Outcome, VariantSummary
 
 __all__ = [
+    "CLI_FLAGS",
     "DEFAULT_ROUNDS",
+    "PLUGIN_FLAGS",
     "VERSION_KEYS",
+    "AbFlags",
     "AbOptions",
+    "AbPlan",
     "AbRun",
     "AbSummary",
     "AbWorkload",
@@ -27,9 +41,14 @@ __all__ = [
     "Variant",
     "VariantSummary",
     "abba_order",
+    "add_ab_options",
+    "candidate_from",
     "parse_args",
     "parse_env",
+    "plan_ab",
+    "rounds_from",
     "run_ab",
     "select_workloads",
     "variants",
+    "whole",
 ]

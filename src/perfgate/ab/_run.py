@@ -16,36 +16,38 @@ from pathlib import Path
 
 from perfgate.ab._accept import accept_candidate
 from perfgate.ab._candidate import Candidate, Label, Variant, variants
+from perfgate.ab._options import CLI_FLAGS, DEFAULT_ROUNDS, AbFlags
 from perfgate.ab._order import abba_order
 from perfgate.ab._select import select_workloads
 from perfgate.ab._summary import AbRun, AbSummary, AbWorkload, VariantSummary
 from perfgate.baseline import BaselineStore, Fingerprint, normalize_args
-from perfgate.errors import PerfgateError, ProfileError
-from perfgate.load import Progress
-from perfgate.profile import Profile, Workload
+from perfgate.correctness import CorrectnessResult, ProbeSpec, judge_probe, off_reason, probe_spec, run_probe
+from perfgate.errors import CorrectnessError, PerfgateError
+from perfgate.load import Progress, check_dataset
+from perfgate.profile import Profile, Workload, validate
 from perfgate.server import server_config
-from perfgate.session import RunSummary, Session, SessionOptions
+from perfgate.session import LOG_DIR, RunSummary, Session, SessionOptions
 from perfgate.verdict import MetricRule, PairedMetricVerdict, WorkloadVerdict, judge_paired, rules_for
-
-# 6 rounds: the fewest at which the sign test can confirm a change at alpha 0.05 with one
-# round to spare (5 is the least), and an even number, so the ABBA blocks are whole.
-DEFAULT_ROUNDS = 6
 
 
 @dataclass(frozen=True)
 class AbOptions:
     """How an A/B runs. ``max_rounds`` None: twice ``rounds`` (as [gate] max_repeats defaults);
     ``keyword``: pytest's ``-k`` over workload names; ``reason``: why B's numbers may be
-    recorded although B did not pass (``accept_candidate`` only)."""
+    recorded although B did not pass (``accept_candidate`` only); ``flags``: what the options
+    are called where they were given (for the messages)."""
 
     rounds: int = DEFAULT_ROUNDS
     max_rounds: int | None = None
     keyword: str = ""
-    log_dir: Path = Path(".perfgate-cache/logs")
+    log_dir: Path = LOG_DIR
     baselines_dir: Path = Path("baselines")
     accept_candidate: bool = False
     reason: str | None = None
     lock_wait_s: float = 0.0
+    flags: AbFlags = CLI_FLAGS
+    # An explain slice for each variant in round 1 (an extra repeat; no paired verdict sees it).
+    explain: bool = False
 
     @property
     def most_rounds(self) -> int:
@@ -53,18 +55,19 @@ class AbOptions:
 
     def check(self) -> None:
         """PerfgateError naming the option for impossible combinations (before anything boots)."""
+        f = self.flags
         if self.rounds < 1:
-            raise PerfgateError(f"--rounds {self.rounds}: expected a whole number >= 1 (6 by default)")
+            raise PerfgateError(f"{f.rounds} {self.rounds}: expected a whole number >= 1 ({DEFAULT_ROUNDS} by default)")
         if self.max_rounds is not None and self.max_rounds < self.rounds:
-            raise PerfgateError(f"--max-rounds {self.max_rounds}: expected at least --rounds ({self.rounds})")
+            raise PerfgateError(f"{f.max_rounds} {self.max_rounds}: expected at least {f.rounds} ({self.rounds})")
         if self.reason is not None and not self.accept_candidate:
             raise PerfgateError(
-                "--reason only applies with --accept-candidate (it is stored with the accepted baselines)"
+                f"{f.reason} only applies with {f.accept_candidate} (it is stored with the accepted baselines)"
             )
         if self.reason is not None and not self.reason.strip():
-            raise PerfgateError("--reason is empty; say why B's numbers are accepted")
+            raise PerfgateError(f"{f.reason} is empty; say why B's numbers are accepted")
         if self.lock_wait_s < 0:
-            raise PerfgateError(f"--lock-wait {self.lock_wait_s:g}: expected seconds >= 0")
+            raise PerfgateError(f"{f.lock_wait} {self.lock_wait_s:g}: expected seconds >= 0")
 
 
 class _Rounds:
@@ -85,6 +88,11 @@ class _Rounds:
         self.boots: dict[Label, list[RunSummary]] = {"A": [], "B": []}
         self.order: list[tuple[int, Label]] = []
         self.stopped = ""
+        # The correctness probe of each variant's first boot: A's answers are B's reference.
+        a_profile = self.variants["A"].profile
+        self.probe_spec: ProbeSpec | None = probe_spec(a_profile)
+        self.probe_off = off_reason(a_profile)
+        self.probes: dict[Label, CorrectnessResult] = {}
 
     @property
     def done(self) -> int:
@@ -108,10 +116,13 @@ class _Rounds:
                 repeats=1,
                 lock_wait_s=self.options.lock_wait_s,
                 measure_only=True,
+                explain=self.options.explain and round_ == 1,
             ),
         )
         notes: list[str] = []
         try:
+            if label not in self.probes and self.probe_spec is not None:
+                self._probe(session, label, round_, planned)
             for w in workloads:
                 try:
                     result = session.measure(w, self.on_progress)
@@ -129,6 +140,37 @@ class _Rounds:
         finally:
             notes = session.close()
         self.boots[label].append(session.summary(tuple(notes)))
+
+    def _probe(self, session: Session, label: Label, round_: int, planned: int) -> None:
+        """Probe this boot's server before its workloads (a boot that fails is left to them to report)."""
+        assert self.probe_spec is not None
+        try:
+            server = session.server()
+        except PerfgateError:
+            return
+        a = self.probes.get("A")
+        reference = a.outcome.record if label == "B" and a is not None and a.outcome is not None else None
+        result = CorrectnessResult(self.probe_spec)
+        try:
+            outcome = run_probe(
+                self.probe_spec,
+                server.base_url,
+                model=server.model,
+                api_key_env=self.variants[label].profile.server.api_key_env,
+                reference=reference,
+                reference_label="stack A's answers" if reference is not None else "",
+            )
+        except CorrectnessError as e:
+            error = f"{label} ({self.variants[label].role}): {e}"
+            result.error = server.with_exit(error, "during the correctness probe")
+        else:
+            result.outcome, result.verdict = outcome, judge_probe(outcome)
+            result.note = f"{label}: held to {outcome.reference}"
+        if label == "B" and reference is None:
+            result.error = result.error or "B: stack A gave no answers to hold B to (A's probe stopped)"
+        self.probes[label] = result
+        verdict = "stopped" if result.error else "pass" if result.passed else "FAIL"
+        self.on_event(f"round {round_}/{planned} {label}: correctness probe: {verdict}")
 
     def need_more(self, workload: Workload, verdict: WorkloadVerdict[PairedMetricVerdict] | None, planned: int) -> str:
         """Why ``workload`` needs more rounds: fewer valid ones than ``planned`` (runs the client
@@ -197,6 +239,29 @@ def _fingerprint_note(runs: Sequence[AbRun]) -> str:
     )
 
 
+@dataclass(frozen=True)
+class AbPlan:
+    """What an A/B runs: the two variants, the selected workloads and the rules each is judged on."""
+
+    pair: tuple[Variant, Variant]
+    workloads: tuple[Workload, ...]
+    rules: dict[str, tuple[MetricRule, ...]]
+
+
+def plan_ab(profile: Profile, candidate: Candidate, options: AbOptions) -> AbPlan:
+    """The A/B's plan, with everything refused that can be without a server (PerfgateError): the
+    options, the candidate, the workload selection,
+    the profile's gate (:func:`perfgate.profile.validate`) and the selected workloads' datasets."""
+    options.check()
+    pair = variants(profile, candidate, options.flags.candidate)
+    workloads = select_workloads(profile, options.keyword)
+    validate(profile)
+    for w in workloads:
+        check_dataset(w)
+    rules = {w.name: tuple(rules_for(profile.gate, w, in_sweep=profile.sweep_of(w) is not None)) for w in workloads}
+    return AbPlan(pair, workloads, rules)
+
+
 def run_ab(
     profile: Profile,
     candidate: Candidate,
@@ -207,22 +272,16 @@ def run_ab(
 ) -> AbSummary:
     """Run the A/B of ``candidate`` against ``profile`` and judge it; record B when asked.
 
-    Everything that can be refused without a server is refused first (PerfgateError): the
-    options, the candidate, the workload selection, metric names, and, for
-    ``accept_candidate``, a baseline store that cannot be written. A variant that fails to
+    Everything that can be refused without a server is refused first (PerfgateError): what
+    :func:`plan_ab` checks, and, for ``accept_candidate``, a baseline store that cannot be
+    written or whose baselines make no sense for the gated metrics. A variant that fails to
     boot or run stops the A/B; the summary then says so (``stopped``) and holds what ran.
     """
-    options.check()
-    pair = variants(profile, candidate)
-    workloads = select_workloads(profile, options.keyword)
-    rules: dict[str, tuple[MetricRule, ...]] = {}
-    for w in workloads:
-        try:
-            rules[w.name] = tuple(rules_for(profile.gate, w))
-        except ValueError as e:
-            raise ProfileError(f"profile {profile.path}: {e}") from None
+    plan = plan_ab(profile, candidate, options)
+    pair, workloads, rules = plan.pair, plan.workloads, plan.rules
     store = BaselineStore(options.baselines_dir) if options.accept_candidate else None
-    store_notes = store.check(profile.name, for_update=True) if store is not None else []
+    gated = {name: [r.metric for r in metric_rules] for name, metric_rules in rules.items()}
+    store_notes = store.check(profile.name, for_update=True, gated=gated) if store is not None else []
     server_args = {v.label: _server_args(v) for v in pair}
     emit = on_event or (lambda _: None)
 
@@ -282,6 +341,8 @@ def run_ab(
         accept=options.accept_candidate,
         reason=options.reason,
         store_notes=tuple(store_notes),
+        probes=dict(rounds.probes),
+        probe_off=rounds.probe_off,
     )
     if store is not None:
         summary = accept_candidate(summary, store, pair[1].profile, options.reason)

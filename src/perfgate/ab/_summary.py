@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from perfgate.ab._candidate import Label
+from perfgate.correctness import CorrectnessResult
+from perfgate.explain import ExplainResult, compare
 from perfgate.server import SGLANG_VERSION_KEYS
 from perfgate.session import RunSummary, ServerSummary, WorkloadResult
 from perfgate.verdict import MetricRule, PairedMetricVerdict, WorkloadVerdict
@@ -119,6 +121,19 @@ class AbWorkload:
     baseline_note: str = ""
     recorded: bool = False
 
+    def explain(self) -> ExplainResult | None:
+        """B's profile against A's (their round-1 explain slices); None when no run took one."""
+        slices = {r.variant: r.result.explain for r in self.runs if r.result.explain is not None}
+        if not slices:
+            return None
+        a, b = slices.get("A"), slices.get("B")
+        if a is None or b is None or a.table is None or b.table is None:
+            why = [f"{label}: {s.note}" for label, s in sorted(slices.items()) if s.note]
+            return ExplainResult(note="; ".join(why) or "A's or B's profile is missing")
+        result = ExplainResult(table=b.table, capture_s=b.capture_s, reduce_s=b.reduce_s, trace_path=b.trace_path)
+        compare(result, a.table, a.trace_path)
+        return result
+
     def rounds(self) -> list[tuple[int, AbRun | None, AbRun | None]]:
         """(round, A's run, B's run) for every round that ran this workload, in round order."""
         numbers = sorted({r.round for r in self.runs})
@@ -212,6 +227,21 @@ class AbSummary:
     accept: bool = False
     reason: str | None = None
     store_notes: tuple[str, ...] = field(default_factory=tuple)
+    probes: Mapping[Label, CorrectnessResult] = field(default_factory=dict)
+    """Each variant's correctness probe (its first boot); B's is held to A's answers."""
+    probe_off: str = ""
+    """Why no probe ran ("" when it did)."""
+
+    @property
+    def correctness(self) -> CorrectnessResult | None:
+        """What the correctness test asserts: A's probe when A itself failed (degenerate answers,
+        batch effects: then nothing is a reference), else B's held to A's; None when none ran."""
+        a, b = self.probes.get("A"), self.probes.get("B")
+        if a is not None and not a.passed:
+            return a
+        if b is None and self.probe_off:
+            return CorrectnessResult(None, note=self.probe_off)
+        return b
 
     @property
     def rounds_run(self) -> int:
@@ -220,6 +250,9 @@ class AbSummary:
     @property
     def problems(self) -> list[str]:
         out = [f"stopped: {self.stopped}"] if self.stopped else []
+        c = self.correctness
+        if c is not None and c.error:
+            out.append(f"correctness: {c.error}")
         for w in self.workloads:
             out += [f"{w.name}: {p}" for p in w.problems]
             if self.accept and not w.recorded:
@@ -230,7 +263,8 @@ class AbSummary:
     def outcome(self) -> Outcome:
         """regression (a metric failed) before error (something stopped, was invalid or could not
         be compared or recorded) before inconclusive before pass."""
-        if any(w.status == "fail" for w in self.workloads):
+        c = self.correctness
+        if any(w.status == "fail" for w in self.workloads) or (c is not None and not c.error and not c.passed):
             return "regression"
         if self.problems:
             return "error"

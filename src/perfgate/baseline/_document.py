@@ -41,6 +41,8 @@ class Baseline:
     ``repeats`` holds every repeat's raw metrics (flat dicts of finite numbers); ``telemetry``
     is the per-GPU telemetry summary as given by the caller (any JSON-able dict);
     ``provenance`` holds versions, date, host, user, git commit and acceptance notes.
+    ``record`` is what a stage keeps beside its numbers (the correctness probe's answers; any
+    JSON-able dict, validated by that stage; left out of the file when empty).
     ``source`` is the file it was read from (not stored).
     """
 
@@ -51,9 +53,10 @@ class Baseline:
     telemetry: dict[str, Any] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
     source: Path | None = field(default=None, compare=False)
+    record: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        return ({"record": self.record} if self.record else {}) | {
             "schema_version": SCHEMA_VERSION,
             "profile": self.profile,
             "workload": self.workload,
@@ -114,7 +117,7 @@ class Baseline:
         for key in ("profile", "workload"):
             if not isinstance(data[key], str):
                 raise TypeError(f"{key} must be a string")
-        for key in ("telemetry", "provenance"):
+        for key in ("telemetry", "provenance", "record"):
             if not isinstance(data.get(key, {}), dict):
                 raise TypeError(f"{key} must be an object")
         return cls(
@@ -125,6 +128,7 @@ class Baseline:
             telemetry=dict(data.get("telemetry", {})),
             provenance=dict(data.get("provenance", {})),
             source=source,
+            record=dict(data.get("record", {})),
         )
 
 

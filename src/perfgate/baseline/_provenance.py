@@ -8,14 +8,14 @@ import os
 import socket
 import subprocess
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 
 def utc_now_iso() -> str:
     """Current UTC time, ISO 8601 to the second, e.g. ``2026-11-29T19:30:00+00:00``."""
-    return datetime.now(UTC).replace(microsecond=0).isoformat()
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
 
 
 def current_user() -> str:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import filelock
 
-from perfgate._files import NotAFileError, WriteFailed, publish, read_text
+from perfgate._files import WriteFailed, publish, read_named
 from perfgate._names import file_stem, path_in
 from perfgate.baseline._document import FIX_HINT, Baseline, NewerSchemaError, check_repeats, gated_problems
 from perfgate.baseline._fingerprint import Fingerprint
@@ -80,7 +80,7 @@ class BaselineStore:
                 self._quarantined.add(path)
             else:
                 readable.append(b)
-        newer += _duplicates(readable)
+        newer += _duplicates(readable) + self._shared_folder(profile, folder, readable)
         if newer or (corrupt and not for_update):
             problems = newer + ([] if for_update else corrupt)
             raise BaselineError(
@@ -90,6 +90,35 @@ class BaselineStore:
         if for_update:
             _check_writable(folder)
         return [f"{e} (skipped; moved aside when this workload is recorded)" for e in corrupt]
+
+    def _shared_folder(self, profile: str, folder: Path, readable: Sequence[Baseline]) -> list[BaselineError]:
+        """Another profile whose baselines share this one's folder: its name has the same file name
+        (``team prod`` and ``team_prod``), or one that differs only in case, which a case-insensitive
+        file system (macOS's, Windows') makes the same folder. Found before boot: at save time the
+        overwrite guard would refuse only after the measurement."""
+        problems = []
+        others = sorted({b.profile for b in readable if b.profile != profile})
+        if others:
+            problems.append(
+                BaselineError(
+                    f"baselines folder {folder}: holds baselines of profile(s) {', '.join(map(repr, others))}, whose "
+                    f'name shares this folder with profile {profile!r}; rename one of them (name = "..."), or move '
+                    "the other's files out when it was renamed"
+                )
+            )
+        if self.root.is_dir():
+            twins = sorted(
+                p for p in self.root.iterdir() if p.name != folder.name and p.name.lower() == folder.name.lower()
+            )
+            problems += [
+                BaselineError(
+                    f"baselines folders {folder} and {twin} differ only in case: on a case-insensitive file system "
+                    "(macOS, Windows) they are one folder, and the two profiles' baselines overwrite each other; "
+                    'rename one profile (name = "...")'
+                )
+                for twin in twins
+            ]
+        return problems
 
     def _folder(self, profile: str) -> Path:
         return path_in(self.root, file_stem(profile))
@@ -239,6 +268,28 @@ class BaselineStore:
             ) from None
         return path
 
+    def sidecar_path(self, profile: str, workload: str, fingerprint: Fingerprint, kind: str) -> Path:
+        """Where a file of ``kind`` that belongs with a baseline lives (``<profile>/<kind>/``, a
+        folder of its own so that no baseline glob reads it)."""
+        name = f"{file_stem(workload)}--{fingerprint.slug}--{fingerprint.digest}.json"
+        return path_in(path_in(self._folder(profile), file_stem(kind)), name)
+
+    def save_sidecar(self, profile: str, workload: str, fingerprint: Fingerprint, kind: str, text: str) -> Path:
+        """Write ``text`` as the ``kind`` file of a baseline, atomically and under the workload's lock."""
+        path = self.sidecar_path(profile, workload, fingerprint, kind)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with self._lock(profile, workload):
+                _write_atomic(path, text)
+        except filelock.Timeout:
+            raise BaselineError(
+                f"baseline {path}: could not take the lock within {LOCK_TIMEOUT_S:g} s; another perfgate run is "
+                "updating baselines"
+            ) from None
+        except OSError as e:
+            raise BaselineError(f"baseline {path}: cannot be written ({e.strerror or e})") from None
+        return path
+
     def take_notes(self) -> list[str]:
         """What the store did on its own since the last call (files moved aside)."""
         notes, self.notes = self.notes, []
@@ -306,16 +357,15 @@ def _regressions(new: Baseline, old: Baseline, rules: Sequence[MetricRule], alph
 def read_baseline(path: Path) -> Baseline | None:
     """Parse one baseline file; None if it vanished; BaselineError if it is unusable."""
     try:
-        text = read_text(path)
+        text = read_named(
+            path,
+            "baseline",
+            BaselineError,
+            not_a_file="only regular *.json files are baselines: move it out of the baselines folder",
+            unreadable=FIX_HINT,
+        )
     except FileNotFoundError:
         return None
-    except NotAFileError as e:
-        raise BaselineError(
-            f"baseline {path}: cannot be read, {e}; only regular *.json files are baselines: move it out of "
-            "the baselines folder"
-        ) from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise BaselineError(f"baseline {path}: cannot be read ({e}); {FIX_HINT}") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:

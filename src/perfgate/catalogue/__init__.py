@@ -8,6 +8,7 @@ nothing. A leaf module: every stage may read it, it reads none of them.
 
 from perfgate.catalogue._metrics import (
     CAPACITY,
+    DEFAULT_LIMITS,
     DEFAULT_TOLERANCE,
     METRICS,
     SHOWN,
@@ -26,6 +27,7 @@ from perfgate.catalogue._metrics import (
 
 __all__ = [
     "CAPACITY",
+    "DEFAULT_LIMITS",
     "DEFAULT_TOLERANCE",
     "METRICS",
     "SHOWN",

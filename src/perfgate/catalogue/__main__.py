@@ -1,4 +1,4 @@
-"""``python -m perfgate.catalogue --reference [--update README.md]``: the metric reference."""
+"""``python -m perfgate.catalogue --reference [--update [PAGE]]``: the metric reference."""
 
 from __future__ import annotations
 

@@ -18,16 +18,16 @@ from typing import Literal
 Direction = Literal["higher", "lower"]
 """``"higher"``: higher is better, gated from below. ``"lower"``: gated from above."""
 
-Category = Literal["throughput", "latency", "power", "server", "capacity", "count"]
+Category = Literal["throughput", "latency", "power", "server", "capacity", "count", "correctness"]
 """What a metric measures, for the docs and for :attr:`Metric.test`."""
 
-Source = Literal["client", "telemetry", "server", "sweep"]
+Source = Literal["client", "telemetry", "server", "sweep", "correctness"]
 """Which stage measures it: the load client's records (``perfgate.metrics``), GPU telemetry,
-the server's own Prometheus metrics, or a capacity sweep."""
+the server's own Prometheus metrics, a capacity sweep, or the correctness probe."""
 
-GateTest = Literal["throughput", "latency", "power", "capacity"]
-"""The perf test (``test_throughput``, ``test_latency``, ``test_gpu_power``, ``test_capacity``)
-that reports a gated metric's verdict."""
+GateTest = Literal["throughput", "latency", "power", "capacity", "correctness"]
+"""The perf test (``test_throughput``, ``test_latency``, ``test_gpu_power``, ``test_capacity``,
+``test_correctness``) that reports a gated metric's verdict."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,10 @@ class Metric:
     """In the summary table for every workload, gated or not."""
     default_tolerance: float | None = None
     """The relative worsening ``[gate] tolerance`` allows when a profile does not say."""
+    default_limit: float | None = None
+    """An absolute bound held with or without a baseline when a profile does not say (a ceiling
+    for "lower", a floor for "higher"); the correctness probe's metrics are judged this way,
+    through ``[correctness] limits``."""
 
     @property
     def gateable(self) -> bool:
@@ -71,6 +75,7 @@ _TESTS: Mapping[str, GateTest] = {
     "latency": "latency",
     "power": "power",
     "capacity": "capacity",
+    "correctness": "correctness",
 }
 
 
@@ -275,6 +280,60 @@ def _declare() -> Iterator[Metric]:
         "the highest load of a sweep that meets the SLO (concurrency or req/s)",
         zero_ok=True,
     )
+    yield from _correctness()
+
+
+def _correctness() -> Iterator[Metric]:
+    """The correctness probe's (docs/correctness.md): every one is 0 for the same model, and each
+    default limit is what an unchanged simulator and real CPU engines never reached, with margin."""
+
+    def probe(name: str, unit: str, direction: Direction, summary: str, limit: float | None) -> Metric:
+        return Metric(name, unit, direction, "correctness", "correctness", summary, zero_ok=True, default_limit=limit)
+
+    yield probe(
+        "correctness_logprob_delta_mean",
+        "nats",
+        "lower",
+        "mean |logprob difference| of the reference's output tokens, teacher-forced on this server",
+        0.05,
+    )
+    yield probe(
+        "correctness_logprob_delta_max",
+        "nats",
+        "lower",
+        "largest |logprob difference| at any position of any prompt, teacher-forced",
+        0.5,
+    )
+    yield probe(
+        "correctness_argmax_mismatch",
+        "",
+        "lower",
+        "share of positions where the reference's token is no longer this server's most likely token",
+        0.02,
+    )
+    yield probe(
+        "correctness_greedy_match",
+        "",
+        "higher",
+        "share of prompts whose greedy output equals the reference's token for token (info by default)",
+        None,
+    )
+    yield probe("correctness_nonfinite", "", "lower", "NaN or infinite logprobs in any answer", 0.0)
+    yield probe(
+        "correctness_repeated",
+        "",
+        "lower",
+        "prompts whose whole output is one token repeated (not in the reference)",
+        0.0,
+    )
+    yield probe("correctness_zero_logprobs", "", "lower", "prompts whose every output logprob is 0", 0.0)
+    yield probe(
+        "correctness_batch_disagreements",
+        "",
+        "lower",
+        "identical requests in one batch whose answers part (other than at a near-tie)",
+        0.0,
+    )
 
 
 METRICS: Mapping[str, Metric] = {m.name: m for m in _declare()}
@@ -285,6 +344,9 @@ CAPACITY = "capacity"
 
 SHOWN: tuple[str, ...] = tuple(m.name for m in METRICS.values() if m.shown)
 """The metrics the summary table shows for every workload, in order."""
+
+DEFAULT_LIMITS: Mapping[str, float] = {m.name: m.default_limit for m in METRICS.values() if m.default_limit is not None}
+"""``[correctness] limits`` where a profile does not say."""
 
 DEFAULT_TOLERANCE: Mapping[str, float] = {
     m.name: m.default_tolerance for m in METRICS.values() if m.default_tolerance is not None
@@ -306,7 +368,7 @@ def metric(name: str) -> Metric:
         return METRICS[name]
     except KeyError:
         close = difflib.get_close_matches(name, list(METRICS), n=1, cutoff=0.6)
-        hint = f"did you mean {close[0]!r}?" if close else "the README's metric table lists the names"
+        hint = f"did you mean {close[0]!r}?" if close else "the metric reference (docs/metrics.md) lists the names"
         raise ValueError(f"metric {name!r} is not one perfgate measures; {hint}") from None
 
 
@@ -316,7 +378,7 @@ def gateable(name: str) -> Metric:
     if m.direction is None:
         raise ValueError(
             f"metric {name!r} is reported for information ({m.summary}); no way of it is better, so it cannot "
-            "be gated; gate a metric that the README's metric table marks higher or lower"
+            "be gated; gate a metric that the metric reference (docs/metrics.md) marks higher or lower"
         )
     return m
 

@@ -28,7 +28,7 @@ from perfgate.gpu._identity import (
     resolve_gpu,
     resolve_gpus,
 )
-from perfgate.gpu._nvml import NvmlUnavailable, init_nvml, load_nvml, nvml_session, query
+from perfgate.gpu._nvml_binding import NvmlUnavailable, init_nvml, load_nvml, nvml_session, query
 
 __all__ = [
     "GpuId",

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfgate.errors import GpuError
-from perfgate.gpu._nvml import NvmlUnavailable, query
+from perfgate.gpu._nvml_binding import NvmlUnavailable, query
 
 # nvidia-ml-py defines NVML_P2P_CAPS_INDEX_READ as the tuple (0,) (a stray comma in the
 # binding); NVML wants the integer.

@@ -24,6 +24,7 @@ from perfgate.load._phase import Progress
 from perfgate.load._records import RequestRecord
 from perfgate.load._run import LoadRun, run_workload
 from perfgate.load._selfcheck import ClientLimits, ClientStats
+from perfgate.load._steady import SteadyWarmup
 from perfgate.load._tokenize import ServerTokenizer
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "RequestRecord",
     "RequestSpec",
     "ServerTokenizer",
+    "SteadyWarmup",
     "arrival_offsets_s",
     "check_dataset",
     "dataset_identity",

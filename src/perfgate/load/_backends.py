@@ -34,6 +34,11 @@ class StreamState:
     done: bool = False
     error: str = ""
 
+    def progress(self) -> tuple[int, int | None, int | None, str | None]:
+        """What a new token, count, prompt count or finish reason changes (tokens only grow with
+        content chunks): two equal marks mean the stream told nothing new in between."""
+        return (self.content_chunks, self.server_tokens, self.server_prompt_tokens, self.finish_reason)
+
 
 class Backend:
     name = ""

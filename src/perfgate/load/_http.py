@@ -2,16 +2,17 @@
 
 Why not aiohttp here (it serves the simulator): with aiohttp every streamed chunk goes through
 its StreamReader, wakes the request's task and re-arms the read timeout, and that machinery
-cost more CPU than everything perfgate does with the chunk (py-spy, README "The load
+cost more CPU than everything perfgate does with the chunk (py-spy, docs/benchmarks.md "The load
 client"). Here the parser's body callback hands the bytes straight to the stream's sink,
 inside the event loop's read callback: no task switch, no timer per chunk (a stall timer is
 re-armed lazily, only when it fires), one clock read per socket read.
 
 The stall timer measures time since the last sign of progress, never since the last byte: the
-request sent, the response head complete, a data event of the stream. A server that trickles
-an endless status line or header, SSE comments (``: ping``), blank lines, ``event:`` lines
-without data, whitespace, or a body that is not the stream it asked for keeps sending bytes
-but fails after ``stall_s`` all the same.
+request sent, the response head complete, a data event that told something new (the sink
+decides: a token, a count, a finish reason). A server that trickles an endless status line or
+header, SSE comments (``: ping``), blank lines, ``event:`` lines without data, whitespace, data
+events that carry nothing (``data: {}``, the same chunk again), or a body that is not the stream
+it asked for keeps sending bytes but fails after ``stall_s`` all the same.
 
 One connection serves one exchange at a time (no pipelining); the pool keeps idle keep-alive
 connections, newest first. Failures are :class:`HTTPFailure` with a kind the streamer turns
@@ -37,17 +38,17 @@ FailureKind = Literal["connect", "stale", "disconnected", "broken", "stall", "pr
 class Fed(IntEnum):
     """What a sink made of the bytes it was handed."""
 
-    # No complete data event: comments, blank lines, part of an event.
+    # Nothing new: comments, blank lines, part of an event, events that carry nothing.
     NOTHING = 0
-    # At least one data event: the stream is alive (the stall timer starts again).
-    EVENT = 1
+    # A data event that told something new: the stream is alive (the stall timer starts again).
+    PROGRESS = 1
     # The stream is over: the exchange ends before the message does.
     OVER = 2
 
 
 Sink = Callable[[bytes, float], Fed]
 """Takes a 200 response's body bytes and the time.monotonic() of the read that brought them;
-says whether they held a data event or ended the stream."""
+says whether they made progress or ended the stream."""
 
 # An error answer's body is kept up to this size, for its message.
 _ERROR_BODY_BYTES = 64 * 1024
@@ -321,7 +322,10 @@ def _stall_message(ex: _Exchange, stall_s: float) -> str:
     if not ex.status:
         return f"{what}: {ex.idle_bytes} bytes of a status line and headers that never ended"
     if ex.sink is not None and ex.status == 200:
-        return f"{what}: {ex.idle_bytes} bytes without a data event (SSE comments, blank lines, event: lines)"
+        return (
+            f"{what}: {ex.idle_bytes} bytes without progress (no token, count or finish reason: SSE comments, "
+            "blank lines, event: lines, data events that carry nothing)"
+        )
     if ex.not_stream:
         return f"{what}: {ex.idle_bytes} bytes of an HTTP 200 {ex.not_stream} body (not a stream) that never ended"
     return f"{what}: {ex.idle_bytes} bytes of an HTTP {ex.status} body that never ended"
@@ -420,9 +424,11 @@ class Pool:
         loop = asyncio.get_running_loop()
         where = f"{self.host}:{self.port}"
         try:
-            async with asyncio.timeout(self.connect_timeout_s):
-                _, conn = await loop.create_connection(lambda: _Connection(self), self.host, self.port, ssl=self.ssl)
-        except TimeoutError:
+            _, conn = await asyncio.wait_for(
+                loop.create_connection(lambda: _Connection(self), self.host, self.port, ssl=self.ssl),
+                self.connect_timeout_s,
+            )
+        except asyncio.TimeoutError:  # not the builtin TimeoutError before Python 3.11
             raise HTTPFailure("connect", f"no connection to {where} within {self.connect_timeout_s:g} s") from None
         except OSError as e:
             raise HTTPFailure("connect", f"cannot connect to {where}: {type(e).__name__}: {e}") from None

@@ -1,7 +1,7 @@
 """The client's event loop: uvloop's where it is installed (``perfgate[fast]``), else asyncio's.
 
 uvloop reads sockets and runs protocol callbacks in C: the load client's CPU per streamed
-chunk drops by 9-25 % with it (README, "The load client").
+chunk drops by 9-25 % with it (docs/benchmarks.md, "The load client").
 ``PERFGATE_EVENT_LOOP=asyncio`` keeps asyncio's loop even where uvloop is installed;
 ``PERFGATE_EVENT_LOOP=uvloop`` insists on uvloop.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -60,6 +61,32 @@ def run(main: Coroutine[Any, Any, T]) -> T:
     async def main_task() -> None:
         out.append(await main)
 
-    with asyncio.Runner(loop_factory=factory) as runner:
-        runner.run(main_task())
+    if sys.version_info >= (3, 11):
+        with asyncio.Runner(loop_factory=factory) as runner:  # novm: 3.11+ only, guarded
+            runner.run(main_task())
+    else:
+        run_on_new_loop(factory or asyncio.new_event_loop, main_task())
     return out[0]
+
+
+def run_on_new_loop(factory: Callable[[], asyncio.AbstractEventLoop], main: Coroutine[Any, Any, None]) -> None:
+    """Run ``main`` on a fresh loop from ``factory``, then close it: asyncio.Runner's job on Python 3.10.
+
+    Like asyncio.run, tasks still pending are cancelled and awaited, and async generators and the
+    default executor are shut down, before the loop closes.
+    """
+    loop = factory()
+    try:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(main)
+    finally:
+        try:
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()

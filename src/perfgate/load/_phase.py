@@ -17,10 +17,11 @@ from itertools import islice
 from perfgate.errors import LoadError
 from perfgate.load._dataset import RequestSpec, make_requests, session_offsets_s
 from perfgate.load._loop import loop_name
-from perfgate.load._plan import LoadPlan
+from perfgate.load._plan import LoadPlan, warmup_seed_offset
 from perfgate.load._records import RequestRecord
 from perfgate.load._selfcheck import ClientStats, LagMonitor, client_stats
 from perfgate.load._sizing import Sizing, WarmupCost
+from perfgate.load._steady import SteadyWarmup, round_rate, settled
 from perfgate.load._stream import Streamer
 
 # Warmup requests are capped like bench_serving's: enough to exercise every path, cheap to run.
@@ -157,9 +158,7 @@ async def run_phase(
     ticker = asyncio.get_running_loop().create_task(report())
     try:
         for n, unit in enumerate(_units(jobs, workload.dataset == "multi-turn")):
-            delay = t0 + unit[0][1][2] - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            await _sleep_until(t0 + unit[0][1][2])
             await sem.acquire()
             task = asyncio.create_task(limited(unit))
             in_flight.add(task)
@@ -180,12 +179,23 @@ async def run_phase(
             on_progress(snapshot())
 
 
+async def _sleep_until(deadline_s: float) -> None:
+    """Return at or after time.monotonic() ``deadline_s``. uvloop rounds a delay to whole
+    milliseconds on a clock read at the start of the loop's iteration: a quarter of its sleeps
+    ended early here, by up to 1.25 ms. A request sent then would start before its slot, or
+    before the measured phase that the other client processes start at the same instant."""
+    while (delay_s := deadline_s - time.monotonic()) > 0:
+        await asyncio.sleep(delay_s)
+
+
 @dataclass(frozen=True)
 class Warmup:
-    """What the warmup left: notes for the run, and its cost (None without warmup requests)."""
+    """What the warmup left: notes for the run, its cost (None without warmup requests) and, for
+    ``warmup = "steady"``, its rounds."""
 
     notes: list[str]
     cost: WarmupCost | None
+    steady: SteadyWarmup | None = None
 
 
 async def warm_up(streamer: Streamer, on_progress: ProgressSink | None) -> Warmup:
@@ -198,15 +208,21 @@ async def warm_up(streamer: Streamer, on_progress: ProgressSink | None) -> Warmu
     workload = plan.workload
     notes: list[str] = []
     cost = None
+    steady = None
     if workload.warmup_requests:
-        warm = make_requests(
-            workload, workload.warmup_requests, seed_offset=plan.seed_offset + 1_000_000, tokenizer=plan.tokenizer
-        )
-        jobs = deque((i, s, 0.0) for i, s in enumerate(warm))
         cpu0 = time.process_time()
-        records = await run_phase(
-            streamer, jobs, workload.concurrency, cap=_WARMUP_OUTPUT_CAP, warmup=True, on_progress=on_progress
-        )
+        if workload.warmup == "steady":
+            records, steady = await _steady_rounds(streamer, on_progress)
+            notes.append(steady.note())
+        else:
+            records = await run_phase(
+                streamer,
+                _warmup_jobs(plan, 0),
+                workload.concurrency,
+                cap=_WARMUP_OUTPUT_CAP,
+                warmup=True,
+                on_progress=on_progress,
+            )
         cost = WarmupCost.of(records, time.process_time() - cpu0)
         failed = [r for r in records if r.error]
         if failed:
@@ -220,7 +236,49 @@ async def warm_up(streamer: Streamer, on_progress: ProgressSink | None) -> Warmu
         # bench_serving sleeps after a flush so the server is idle when timing starts.
         await asyncio.sleep(1.0)
     streamer.counters.retried = 0
-    return Warmup(notes, cost)
+    return Warmup(notes, cost, steady)
+
+
+def _warmup_jobs(plan: LoadPlan, round_index: int) -> deque[Job]:
+    """Round ``round_index``'s warmup requests, all due at once; each round draws other prompts
+    (the same ones again would only measure the prefix cache)."""
+    warm = make_requests(
+        plan.workload,
+        plan.workload.warmup_requests,
+        seed_offset=warmup_seed_offset(plan.seed_offset, round_index),
+        tokenizer=plan.tokenizer,
+    )
+    return deque((i, s, 0.0) for i, s in enumerate(warm))
+
+
+async def _steady_rounds(
+    streamer: Streamer, on_progress: ProgressSink | None
+) -> tuple[list[RequestRecord], SteadyWarmup]:
+    """Rounds at full lengths until the last two agree or ``warmup_max_s`` has passed (at least
+    two rounds, and always the round under way is finished: a request cut off would be a failure).
+    Returns every round's records (for the client's sizing and the error rule) and what happened."""
+    workload = streamer.plan.workload
+    t0 = time.monotonic()
+    rates: list[float] = []
+    records: list[RequestRecord] = []
+    while True:
+        r0 = time.monotonic()
+        done = await run_phase(
+            streamer,
+            _warmup_jobs(streamer.plan, len(rates)),
+            workload.concurrency,
+            cap=None,
+            warmup=True,
+            on_progress=on_progress,
+        )
+        records += done
+        rates.append(round_rate(done, time.monotonic() - r0))
+        converged = len(rates) >= 2 and settled(rates[-2], rates[-1], workload.warmup_tolerance)
+        elapsed = time.monotonic() - t0
+        if converged or elapsed >= workload.warmup_max_s:
+            return records, SteadyWarmup(
+                tuple(rates), elapsed, converged, workload.warmup_tolerance, workload.warmup_max_s
+            )
 
 
 async def measure(
@@ -255,3 +313,4 @@ class Measurement:
     sizing: Sizing
     start_s: float = 0.0
     parts: list[Part] = field(default_factory=list)
+    steady: SteadyWarmup | None = None

@@ -11,14 +11,32 @@ from perfgate.load._tokenize import ServerTokenizer
 from perfgate.profile import Workload
 from perfgate.server import Redactor
 
+# Seed offsets of a repeat's prompts: each measured repeat gets its own (a prefix cache must not
+# serve repeat 2 the prompts repeat 1 left in it), and its warmup is _WARMUP_SEED_OFFSET further,
+# which is no multiple of the stride, so no repeat's warmup sends another repeat's prompts.
+# A steady warmup's rounds step by a prime of their own, so no two rounds draw the same prompts.
+_REPEAT_SEED_STRIDE = 7_777
+_WARMUP_SEED_OFFSET = 1_000_000
+_WARMUP_ROUND_SEED_STRIDE = 10_007
 
-@dataclass(frozen=True)
+
+def repeat_seed_offset(repeat: int) -> int:
+    """The seed offset of the prompts of measured repeat ``repeat`` (0 for the first)."""
+    return repeat * _REPEAT_SEED_STRIDE
+
+
+def warmup_seed_offset(repeat_offset: int, round_index: int = 0) -> int:
+    """The seed offset of warmup round ``round_index`` of the repeat whose prompts start at ``repeat_offset``."""
+    return repeat_offset + _WARMUP_SEED_OFFSET + round_index * _WARMUP_ROUND_SEED_STRIDE
+
+
+@dataclass(frozen=True, kw_only=True)
 class LoadPlan:
     """One repeat of ``workload`` against ``base_url``.
 
     Built once by :func:`~perfgate.load.run_workload` (the backend included) and handed as is
     to every shard's process, so all of them speak to the server in exactly the same way.
-    ``seed_offset`` gives each repeat its own prompts.
+    ``seed_offset`` gives each repeat its own prompts (:func:`repeat_seed_offset`).
     """
 
     base_url: str

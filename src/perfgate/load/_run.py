@@ -11,11 +11,12 @@ from perfgate.errors import LoadError
 from perfgate.load._backends import BACKENDS
 from perfgate.load._loop import run as run_loop
 from perfgate.load._phase import Measurement, ProgressSink, measure, measured_jobs, prepared, warm_up
-from perfgate.load._plan import LoadPlan
+from perfgate.load._plan import LoadPlan, repeat_seed_offset
 from perfgate.load._records import RequestRecord
 from perfgate.load._selfcheck import ClientLimits, ClientStats, merge_client_stats
 from perfgate.load._shard import run_sharded, worker_concurrency
 from perfgate.load._sizing import check_ports, ensure_fds, size_client, usable_cpus
+from perfgate.load._steady import SteadyWarmup
 from perfgate.load._stream import Streamer
 from perfgate.profile import Workload
 
@@ -35,6 +36,8 @@ class LoadRun:
     warmup_requests: int
     flushed_cache: bool
     notes: list[str] = field(default_factory=list)
+    # warmup = "steady": its rounds (None for a fixed count of warmup requests).
+    steady_warmup: SteadyWarmup | None = None
 
     @property
     def duration_s(self) -> float:
@@ -71,14 +74,14 @@ def run_workload(
     backend = BACKENDS[workload.backend](model, workload.ignore_eos, workload.extra_body)
     flush_headers = _bearer(workload, admin_api_key_env, "admin_api_key_env") if admin_api_key_env else None
     plan = LoadPlan(
-        base_url,
-        workload,
-        backend,
-        _bearer(workload, api_key_env, "api_key_env"),
-        limits,
-        repeat * 7_777,
-        keep_alive,
-        flush_headers,
+        base_url=base_url,
+        workload=workload,
+        backend=backend,
+        headers=_bearer(workload, api_key_env, "api_key_env"),
+        limits=limits,
+        seed_offset=repeat_seed_offset(repeat),
+        keep_alive=keep_alive,
+        flush_headers=flush_headers,
     )
     check_ports(plan)
     notes = []
@@ -120,12 +123,12 @@ async def _warm_then_measure(plan: LoadPlan, on_progress: ProgressSink | None, n
             notes.append(sizing.shortfall)
         notes = [note for note in notes if note]
         if sizing.processes > 1:
-            return Measurement(notes, sizing)
+            return Measurement(notes, sizing, steady=warm.steady)
         jobs = measured_jobs(plan)
         async with prepared(streamer, jobs, workload.concurrency):
             start = time.monotonic()
             part = await measure(streamer, jobs, workload.concurrency, start, on_progress)
-    return Measurement(notes, sizing, start, [part])
+    return Measurement(notes, sizing, start, [part], warm.steady)
 
 
 def _load_run(plan: LoadPlan, measured: Measurement) -> LoadRun:
@@ -154,4 +157,5 @@ def _load_run(plan: LoadPlan, measured: Measurement) -> LoadRun:
         warmup_requests=plan.workload.warmup_requests,
         flushed_cache=plan.workload.flush_cache,
         notes=notes,
+        steady_warmup=measured.steady,
     )

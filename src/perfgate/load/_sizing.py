@@ -33,7 +33,7 @@ TARGET_SHARE = 0.6
 # read; on uvloop, while 1,024 sockets (libuv's batch) come back ready at once, libuv polls again
 # up to 48 times first. Measured on 2 cores with 8,192 streams against the zero-cost simulator:
 # 4,096 streams a process left the loop 0.4 s (asyncio) to 1.2 s (uvloop) late at p99, an
-# invalid run; 1,024 a process, 150-160 ms (README, "The load client").
+# invalid run; 1,024 a process, 150-160 ms (docs/benchmarks.md, "The load client").
 MAX_STREAMS_PER_PROCESS = 1024
 # Descriptors a client process holds besides its connections (interpreter, event loop, pipes to
 # the parent), plus room for a retry's connection.

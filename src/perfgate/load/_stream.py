@@ -52,8 +52,9 @@ class EventReader:
 
     def data(self, data: bytes, now_s: float) -> Fed:
         """Fold ``data``, read at time.monotonic() ``now_s``: OVER once the stream is over
-        ([DONE] or an error chunk), EVENT when it held a data event, else NOTHING (comments,
-        blank lines, ``event:`` or ``id:`` lines, part of a line)."""
+        ([DONE] or an error chunk), PROGRESS when its data events told something new (a token,
+        a count, a prompt count, a finish reason), else NOTHING (comments, blank lines,
+        ``event:`` or ``id:`` lines, part of a line, ``data: {}``, a chunk sent again)."""
         end = len(data) - 2
         if not self._tail and data.find(b"\n", 6) == end and data[-1] == 0x0A and data.startswith(b"data: "):
             payloads: list[bytes] | tuple[bytes] = (data[6:end],)
@@ -61,6 +62,7 @@ class EventReader:
             payloads = self._split(data)
         rec = self._rec
         state = self._state
+        mark = state.progress()
         offset_s = now_s - rec.start_s
         for payload in payloads:
             if payload == b"[DONE]":
@@ -71,7 +73,7 @@ class EventReader:
                 return self._over(offset_s)
             if n:
                 rec.add_chunk(offset_s, n)
-        return Fed.EVENT if payloads else Fed.NOTHING
+        return Fed.PROGRESS if state.progress() != mark else Fed.NOTHING
 
     def _split(self, data: bytes) -> list[bytes]:
         """The payloads of the complete ``data:`` lines; a partial last line waits for the next read."""

@@ -10,6 +10,7 @@ from perfgate.metrics._compute import (
     Timeline,
     compute_metrics,
 )
+from perfgate.metrics._gaps import TokenGap, longest_token_gap, token_gaps
 
 __all__ = [
     "METRIC_NAMES",
@@ -17,9 +18,12 @@ __all__ = [
     "ServingMetrics",
     "SteadyWindow",
     "Timeline",
+    "TokenGap",
     "bisect_between",
     "capacity",
     "compute_metrics",
+    "longest_token_gap",
     "slo_metric_names",
+    "token_gaps",
     "within_slo",
 ]

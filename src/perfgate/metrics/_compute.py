@@ -21,6 +21,15 @@ PEAK_BUCKET_S = 1.0
 _BIN_SLICE = 1 << 20
 
 _DESCRIBED = ("ttft", "tpot", "itl", "e2e_latency")
+# The families that measure gaps between tokens, which one read of a whole stream hides.
+_GAPS = ("tpot", "itl")
+_NO_SAMPLE = {
+    "ttft": "no completed request streamed a token",
+    "tpot": "no completed request had two output tokens",
+    "itl": "no completed request had two output tokens",
+    "e2e_latency": "no request completed",
+}
+_STEADY = ("steady_output_throughput", "steady_mean_tpot_ms", "steady_window_s")
 METRIC_NAMES = catalogue.names("client")
 """Every name :func:`compute_metrics` can put in ``values``, as the catalogue declares them."""
 SLO_METRICS = frozenset(n for n in METRIC_NAMES if catalogue.metric(n).needs_slo)
@@ -70,6 +79,9 @@ class ServingMetrics:
     steady: SteadyWindow | None
     timeline: Timeline
     notes: list[str] = field(default_factory=list)
+    unmeasured: dict[str, str] = field(default_factory=dict)
+    """Why a metric has no value: name -> reason (no steady window, no token in it, no two
+    tokens of a request read apart)."""
 
 
 class _Tokens:
@@ -203,8 +215,19 @@ def compute_metrics(
         "concurrency": sum(e2e) / duration if duration > 0 else 0.0,
     }
     series: tuple[list[float] | npt.NDArray[np.float64], ...] = (ttfts, tpots, tokens.itls, e2e)
+    unmeasured: dict[str, str] = {}
     for name, samples in zip(_DESCRIBED, series):
-        values.update(describe_ms(samples, name))
+        described = describe_ms(samples, name)
+        if name in _GAPS and len(samples) and not np.any(samples):
+            # Every stream arrived in one read: the client saw no gap between tokens, and a TPOT of
+            # 0 would be a limit no later run can worsen (the client lagged, or the server buffered).
+            why = f"{name.upper()} not measured: every request's tokens arrived in one read of its stream"
+            notes.append(f"{why} (the client read late, or the server does not stream)")
+            unmeasured |= dict.fromkeys(described, why)
+            continue
+        if not len(samples):
+            unmeasured |= dict.fromkeys(described, _NO_SAMPLE[name])
+        values.update(described)
     if slo is not None:
         values.update(_goodput(run.records, ok, out_tokens, slo, duration))
 
@@ -212,15 +235,28 @@ def compute_metrics(
 
     timeline = _timeline(run, tokens.times)
     steady = _steady_window(run, tokens, timeline, target_concurrency, steady_ratio)
-    if steady is not None:
-        values["steady_output_throughput"] = steady.output_throughput
-        values["steady_mean_tpot_ms"] = steady.mean_itl_ms
-        values["steady_window_s"] = steady.length_s
-    else:
-        notes.append(
+    steady_note = ""
+    if steady is None:
+        steady_note = (
             f"no steady-state window: requests in flight never stayed at >= {steady_ratio:.0%} of "
             f"{target_concurrency} for a full {TIMELINE_BIN_S:g} s bin"
         )
+    elif steady.output_tokens == 0:
+        # A server that stalls while the load holds (a prefill wave, a noisy host) leaves a window
+        # with no token: its figures would be zeros, so the steady figures go unreported and the
+        # windows that follow the steady one (telemetry, tokens per joule) use the whole phase.
+        steady_note = (
+            f"no steady figures: the steady window ({steady.length_s:.1f} s at >= {steady_ratio:.0%} of "
+            f"{target_concurrency} in flight) holds no output token"
+        )
+        steady = None
+    else:
+        values["steady_output_throughput"] = steady.output_throughput
+        values["steady_mean_tpot_ms"] = steady.mean_itl_ms
+        values["steady_window_s"] = steady.length_s
+    if steady_note:
+        notes.append(steady_note)
+        unmeasured |= dict.fromkeys(_STEADY, steady_note)
     return ServingMetrics(
         workload=run.workload,
         values={k: v for k, v in values.items() if not (isinstance(v, float) and math.isnan(v))},
@@ -230,6 +266,7 @@ def compute_metrics(
         steady=steady,
         timeline=timeline,
         notes=notes,
+        unmeasured=unmeasured,
     )
 
 

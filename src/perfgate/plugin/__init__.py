@@ -4,8 +4,16 @@ Options live in _options, fixtures in _fixtures, hooks in _hooks; everything the
 perfgate.session, so the plugin stays a thin layer.
 """
 
-from perfgate.plugin._fixtures import perf_capacity, perf_gate, perf_profile, perf_result, perf_server, perf_session
-from perfgate.plugin._gate import CapacityChecks, GateChecks
+from perfgate.plugin._fixtures import (
+    perf_capacity,
+    perf_correctness,
+    perf_gate,
+    perf_profile,
+    perf_result,
+    perf_server,
+    perf_session,
+)
+from perfgate.plugin._gate import CapacityChecks, CorrectnessChecks, GateChecks
 from perfgate.plugin._hooks import (
     pytest_configure,
     pytest_generate_tests,
@@ -19,8 +27,10 @@ from perfgate.plugin._options import pytest_addoption
 
 __all__ = [
     "CapacityChecks",
+    "CorrectnessChecks",
     "GateChecks",
     "perf_capacity",
+    "perf_correctness",
     "perf_gate",
     "perf_profile",
     "perf_result",

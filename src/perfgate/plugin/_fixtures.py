@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
+from perfgate.correctness import CorrectnessResult, off_reason, probe_spec
 from perfgate.errors import PerfgateError
 from perfgate.plugin._benchmark import benchmark_rounds, record
-from perfgate.plugin._gate import CapacityChecks, GateChecks
+from perfgate.plugin._gate import CapacityChecks, CorrectnessChecks, GateChecks
 from perfgate.plugin._progress import ProgressLine
 from perfgate.plugin._state import STATE_KEY
 from perfgate.profile import Profile, Sweep, Workload
@@ -112,3 +113,34 @@ def perf_capacity(request: pytest.FixtureRequest, perf_sweep: Sweep) -> Capacity
     else:
         return CapacityChecks(result)
     request.config.stash[STATE_KEY].fail_once(error, request.node.nodeid)
+
+
+@pytest.fixture
+def perf_correctness(request: pytest.FixtureRequest) -> CorrectnessChecks:
+    """The correctness probe of this session's server (run once, after boot, before the workloads);
+    with --perf-ab, B's probe held to A's answers."""
+    state = request.config.stash[STATE_KEY]
+    error: PerfgateError
+    if state.ab_mode:
+        try:
+            summary = state.ab_summary(request.session.items)
+        except PerfgateError as e:
+            error = e
+        else:
+            if summary.correctness is None:
+                pytest.skip("correctness: the A/B did not probe (no boot of both stacks completed)")
+            return CorrectnessChecks(summary.correctness)
+        state.fail_once(error, request.node.nodeid)
+    session: Session = request.getfixturevalue("perf_session")
+    if probe_spec(session.profile) is None:
+        # Off: nothing to boot the server for.
+        return CorrectnessChecks(CorrectnessResult(None, note=off_reason(session.profile)))
+    request.getfixturevalue("perf_server")
+    result = session.correctness
+    assert result is not None, "the server booted without its correctness probe"
+    if result.outcome is not None:
+        for name, value in sorted(result.outcome.metrics.items()):
+            if value == value:  # NaN (not measured) is no property
+                request.node.user_properties.append((f"perf.{name}", round(value, 6)))
+    gate = session.profile.gate
+    return CorrectnessChecks(result, require_reference=gate.require_baseline and not session.options.update_baselines)

@@ -9,6 +9,7 @@ import pytest
 
 from perfgate.ab import AbWorkload
 from perfgate.catalogue import GateTest, metric
+from perfgate.correctness import CorrectnessResult
 from perfgate.metrics import slo_metric_names
 from perfgate.profile import Slo
 from perfgate.session import SweepResult, WorkloadResult
@@ -47,19 +48,38 @@ class GateChecks:
     baseline_note: str = ""
     where: Mapping[str, str] = field(default_factory=dict)
     unrecorded: tuple[str, ...] = ()
+    # What the server's profile says about a failure (explain's top rows, or why it cannot say).
+    explain: tuple[str, ...] = ()
 
     @classmethod
     def of_gate(cls, result: WorkloadResult, power_note: str) -> GateChecks:
         verdicts = result.verdict.metrics if result.verdict else ()
         where = {v.metric: _weakest(result, v.metric) for v in verdicts if metric(v.metric).test == "power"}
-        return cls(result.workload, tuple(result.invalid_reasons), verdicts, power_note, result.baseline_note, where)
+        explain = tuple(result.explain.lines()) if result.explain is not None else ()
+        return cls(
+            result.workload,
+            tuple(result.invalid_reasons),
+            verdicts,
+            power_note,
+            result.baseline_note,
+            where,
+            explain=explain,
+        )
 
     @classmethod
     def of_ab(cls, workload: AbWorkload, power_note: str, *, accept: bool = False) -> GateChecks:
         """``accept``: --perf-accept-candidate was asked, so B's runs not being recorded is a problem."""
         unrecorded = [f"baseline: {workload.baseline_note}"] if accept and not workload.recorded else []
         verdicts = workload.verdict.metrics if workload.verdict else ()
-        return cls(workload.name, tuple(workload.problems), verdicts, power_note, unrecorded=tuple(unrecorded))
+        explained = workload.explain()
+        return cls(
+            workload.name,
+            tuple(workload.problems),
+            verdicts,
+            power_note,
+            unrecorded=tuple(unrecorded),
+            explain=tuple(explained.lines()) if explained is not None else (),
+        )
 
     def assert_valid(self) -> None:
         problems = (*self.problems, *self.unrecorded)
@@ -79,7 +99,7 @@ class GateChecks:
             pytest.skip(f"{self.workload}: no {category} metric is gated by this profile")
         failures = [v.message + self.where.get(v.metric, "") for v in verdicts if not v.ok]
         if failures:
-            pytest.fail("\n".join(failures), pytrace=False)
+            pytest.fail("\n".join([*failures, *self.explain]), pytrace=False)
         if all(v.status == "not-measured" for v in verdicts):
             if category == "power":
                 pytest.skip(f"{self.workload}: GPU power not measured: {self.power_note}")
@@ -153,3 +173,32 @@ class CapacityChecks:
 
 def _slo_text(slo: dict[str, float]) -> str:
     return ", ".join(f"{k.removesuffix('_ms')} {fmt_value(v, 'ms')}" for k, v in slo.items())
+
+
+@dataclass(frozen=True)
+class CorrectnessChecks:
+    """The correctness probe's verdict: the server still computes the model its reference did.
+
+    ``require_reference``: ``[gate] require_baseline`` (a probe with no recorded reference fails).
+    """
+
+    result: CorrectnessResult
+    require_reference: bool = False
+
+    def assert_correct(self) -> None:
+        r = self.result
+        if not r.ran:
+            pytest.skip(f"correctness probe {r.note}")
+        if not r.passed:
+            pytest.fail(r.failure_message(), pytrace=False)
+        if r.recorded or r.baseline_path:
+            return
+        # Held to its own first pass only: degenerate answers and batch effects were checked, the
+        # model itself was not.
+        text = (
+            f"correctness: no recorded reference for this fingerprint ({r.note}); the answers were checked for "
+            f"degenerate output and against each other across concurrencies, not against a reference: {RECORD_HINT}"
+        )
+        if self.require_reference:
+            pytest.fail(text + " ([gate] require_baseline = true)", pytrace=False)
+        pytest.skip(text)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from perfgate._redact import SECRETS, RedactingStream
-from perfgate.ab import DEFAULT_ROUNDS
+from perfgate.ab import PLUGIN_FLAGS
 from perfgate.errors import PerfgateError
 from perfgate.plugin._benchmark import BenchmarkHooks
 from perfgate.plugin._state import STATE_KEY, PluginState
@@ -108,14 +108,6 @@ def _check_options(config: pytest.Config) -> None:
             raise pytest.UsageError(str(e)) from None
 
 
-_AB_ONLY = (
-    "perf_candidate_python",
-    "perf_candidate_env",
-    "perf_candidate_args",
-    "perf_ab_rounds",
-    "perf_ab_max_rounds",
-    "perf_accept_candidate",
-)
 # Gate options that mean nothing to an A/B, and what to use instead.
 _NOT_WITH_AB = {
     "perf_update_baselines": "with --perf-ab, --perf-accept-candidate records B's numbers",
@@ -126,20 +118,13 @@ _NOT_WITH_AB = {
 
 def _check_ab_options(config: pytest.Config, ab: bool) -> None:
     if not ab:
-        for name in _AB_ONLY:
-            if config.getoption(name):
-                raise pytest.UsageError(f"--{name.replace('_', '-')} only applies with --perf-ab")
+        for flag in PLUGIN_FLAGS.ab_only:
+            if config.getoption(flag):
+                raise pytest.UsageError(f"{flag} only applies with --perf-ab")
         return
     for name, instead in _NOT_WITH_AB.items():
         if config.getoption(name):
             raise pytest.UsageError(f"--{name.replace('_', '-')} does not apply with --perf-ab: {instead}")
-    rounds, most = config.getoption("perf_ab_rounds"), config.getoption("perf_ab_max_rounds")
-    if rounds is not None and rounds < 1:
-        raise pytest.UsageError(f"--perf-ab-rounds {rounds}: expected a whole number >= 1 (6 by default)")
-    if most is not None and most < (rounds or DEFAULT_ROUNDS):
-        raise pytest.UsageError(
-            f"--perf-ab-max-rounds {most}: expected at least the rounds ({rounds or DEFAULT_ROUNDS})"
-        )
     state = PluginState(config)
     try:
         state.ab_candidate()
@@ -206,7 +191,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             terminalreporter.write_line(line)
         _artefact_lines(terminalreporter, state)
         return
-    if state is None or state.session is None or not state.session.results:
+    if state is None or state.session is None or not (state.session.results or state.session.correctness):
         return
     summary = state.summary()
     terminalreporter.write_sep("=", "perfgate summary")
@@ -222,12 +207,24 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         if res.baseline_note:
             recorded = f" -> {res.baseline_path}" if res.recorded else ""
             terminalreporter.write_line(f"baseline: {res.workload}: {res.baseline_note}{recorded}")
+        if res.explain is not None:
+            terminalreporter.write_line(f"explain: {res.workload}: {res.explain.status()}")
     for sw in summary.sweeps:
         for note in sw.notes:
             terminalreporter.write_line(f"note: {sw.sweep}: {note}")
         if sw.baseline_note:
             recorded = f" -> {sw.baseline_path}" if sw.recorded else ""
             terminalreporter.write_line(f"baseline: {sw.sweep}: {sw.baseline_note}{recorded}")
+    c = summary.correctness
+    if c is not None:
+        took = f" in {c.outcome.duration_s:.1f} s" if c.outcome is not None else ""
+        recorded = f" -> {c.baseline_path}" if c.recorded else ""
+        terminalreporter.write_line(f"correctness: probe{took}; {c.note or c.error}{recorded}")
+    if state.unreported_correctness:
+        terminalreporter.write_line(
+            "correctness: FAILED, and test_correctness was not selected: the run fails all the same; "
+            + state.unreported_correctness
+        )
     for note in summary.store_notes:
         terminalreporter.write_line(f"baseline store: {note}")
     for name, err in summary.failures.items():
@@ -260,7 +257,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         # Fixture teardown has run by now (pytest tears down session fixtures first), but a run
         # interrupted before fixtures were set up still needs its server stopped.
         state.close()
-        if results_dir is not None and state.session.results:
+        probe = state.session.correctness
+        if probe is not None and not probe.passed and session.exitstatus == pytest.ExitCode.OK:
+            # test_correctness did not run (-k, --deselect) or it would have failed the run: a fast
+            # server computing the wrong model is never green because its test was not selected.
+            state.unreported_correctness = probe.failure_message()
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if results_dir is not None and (state.session.results or state.session.correctness):
             state.artefacts = write_results(state.summary(), results_dir, step_summary=step_summary)
     if state.artefacts.failed and session.exitstatus == pytest.ExitCode.OK:
         # The gate's verdict is printed, but the files CI keeps of it are not all there: a run

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from perfgate.ab import PLUGIN_FLAGS, add_ab_options
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("perfgate", "perfgate: performance gate for LLM serving")
@@ -45,48 +47,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="wait this long for GPUs held by another perfgate session (default: fail at once)",
     )
     group.addoption(
+        "--perf-explain",
+        action="store_true",
+        default=False,
+        help="profile an extra repeat of each workload on the server (never a gated one) and say which kernels "
+        "moved against the baseline's profile (the profile's [explain] table, switched on for this run)",
+    )
+    group.addoption(
         "--perf-ab",
         action="store_true",
         default=False,
         help="A/B instead of the gate: the tests report B (the profile with the --perf-candidate-* change) against A "
         "(the profile as written), interleaved ABBA on this host (see `perfgate ab --help`)",
     )
-    group.addoption(
-        "--perf-candidate-python", metavar="PY", default=None, help="--perf-ab: B's interpreter (another environment)"
-    )
-    group.addoption(
-        "--perf-candidate-env",
-        metavar="NAME=VALUE",
-        action="append",
-        default=[],
-        help="--perf-ab: an environment variable of B's server (repeatable)",
-    )
-    group.addoption(
-        "--perf-candidate-args",
-        metavar="FLAGS",
-        action="append",
-        default=[],
-        help="--perf-ab: extra server flags for B, split as a shell does",
-    )
-    group.addoption(
-        "--perf-ab-rounds",
-        metavar="N",
-        type=int,
-        default=None,
-        help="--perf-ab: rounds of one A and one B run (default 6)",
-    )
-    group.addoption(
-        "--perf-ab-max-rounds",
-        metavar="M",
-        type=int,
-        default=None,
-        help="--perf-ab: most rounds while inconclusive (default 2 x rounds)",
-    )
-    group.addoption(
-        "--perf-accept-candidate",
-        action="store_true",
-        default=False,
-        help="--perf-ab: record B's runs as the baselines where B passed (with --perf-accept-regression REASON "
-        "also where not)",
-    )
+    add_ab_options(group.addoption, PLUGIN_FLAGS)
     parser.addini("perf_profile", "default profile for perfgate", default="")

@@ -9,12 +9,12 @@ from typing import NoReturn
 import pytest
 
 from perfgate._files import Artefacts
-from perfgate.ab import DEFAULT_ROUNDS, AbOptions, AbSummary, Candidate, parse_args, parse_env, run_ab, variants
+from perfgate.ab import PLUGIN_FLAGS, AbOptions, AbSummary, Candidate, candidate_from, plan_ab, rounds_from, run_ab
 from perfgate.errors import PerfgateError
 from perfgate.plugin._progress import ProgressLine
 from perfgate.plugin._xdist import refuse_on_worker
 from perfgate.profile import Profile, load_profile
-from perfgate.session import RunSummary, Session, SessionOptions
+from perfgate.session import LOG_DIR, RunSummary, Session, SessionOptions
 
 DEFAULT_PROFILE = "profiles/sim-glm5.toml"
 
@@ -32,6 +32,8 @@ class PluginState:
         # Error message -> the test that showed it in full; later tests hit by the same error
         # (every test of a workload, every workload after a failed boot) get one line.
         self._shown: dict[str, str] = {}
+        # The probe's failure when no test reported it (test_correctness deselected): the run fails all the same.
+        self.unreported_correctness = ""
 
     def fail_once(self, error: Exception, nodeid: str) -> NoReturn:
         """Fail the current test with ``error``: in full the first time, as one line referring back after."""
@@ -69,7 +71,7 @@ class PluginState:
             cfg = self.config
             refuse_on_worker(cfg)
             results = self.results_dir()
-            log_dir = results if results else Path(cfg.rootpath) / ".perfgate-cache" / "logs"
+            log_dir = results if results else Path(cfg.rootpath) / LOG_DIR
             options = SessionOptions(
                 baselines_dir=self._path(cfg.getoption("perf_baselines"), "baselines"),
                 log_dir=log_dir,
@@ -78,6 +80,7 @@ class PluginState:
                 accept_regression=cfg.getoption("perf_accept_regression"),
                 repeats=cfg.getoption("perf_repeats"),
                 lock_wait_s=cfg.getoption("perf_lock_wait"),
+                explain=cfg.getoption("perf_explain"),
             )
             self.session = Session(self.profile(), options)
         return self.session
@@ -88,36 +91,29 @@ class PluginState:
 
     def ab_candidate(self) -> Candidate:
         """B's change from the --perf-candidate-* options (PerfgateError naming a bad one)."""
-        cfg = self.config
-        return Candidate(
-            python=cfg.getoption("perf_candidate_python") or "",
-            env=parse_env(cfg.getoption("perf_candidate_env"), "--perf-candidate-env"),
-            args=tuple(
-                a for text in cfg.getoption("perf_candidate_args") for a in parse_args(text, "--perf-candidate-args")
-            ),
-        )
+        return candidate_from(self.config.getoption, PLUGIN_FLAGS)
 
     def ab_options(self) -> AbOptions:
         cfg = self.config
         results = self.results_dir()
+        rounds, max_rounds = rounds_from(cfg.getoption, PLUGIN_FLAGS)
         options = AbOptions(
-            rounds=DEFAULT_ROUNDS if cfg.getoption("perf_ab_rounds") is None else cfg.getoption("perf_ab_rounds"),
-            max_rounds=cfg.getoption("perf_ab_max_rounds"),
-            log_dir=results if results else Path(cfg.rootpath) / ".perfgate-cache" / "logs",
+            rounds=rounds,
+            max_rounds=max_rounds,
+            log_dir=results if results else Path(cfg.rootpath) / LOG_DIR,
             baselines_dir=self._path(cfg.getoption("perf_baselines"), "baselines"),
-            accept_candidate=cfg.getoption("perf_accept_candidate"),
-            reason=cfg.getoption("perf_accept_regression"),
-            lock_wait_s=cfg.getoption("perf_lock_wait"),
+            accept_candidate=cfg.getoption(PLUGIN_FLAGS.accept_candidate),
+            reason=cfg.getoption(PLUGIN_FLAGS.reason),
+            lock_wait_s=cfg.getoption(PLUGIN_FLAGS.lock_wait),
+            flags=PLUGIN_FLAGS,
+            explain=cfg.getoption("perf_explain") or self.profile().explain.enabled,
         )
         options.check()
         return options
 
     def check_ab(self) -> None:
-        """Everything about the A/B that can be refused before a boot (PerfgateError): the
-        candidate, and (a measure-only session checks them) the profile's metric names."""
-        options = self.ab_options()
-        variants(self.profile(), self.ab_candidate(), option_prefix="--perf-candidate-")
-        Session(self.profile(), SessionOptions(options.baselines_dir, options.log_dir, measure_only=True))
+        """Everything about the A/B that can be refused before a boot (PerfgateError)."""
+        plan_ab(self.profile(), self.ab_candidate(), self.ab_options())
 
     def ab_summary(self, items: list[pytest.Item]) -> AbSummary:
         """The A/B over the workloads of the collected ``items`` (run on first use; an error is raised again)."""

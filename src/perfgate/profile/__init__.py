@@ -1,7 +1,8 @@
 """Profiles: a TOML file that says what server to boot and what to hold it to.
 
 ``load_profile(path)`` is the only way in; it validates everything before anything boots and
-raises :class:`perfgate.errors.ProfileError` naming the file, the key and what was expected.
+raises :class:`perfgate.errors.ProfileError` naming the file, the key and what was expected;
+:func:`validate` checks what the profile gates against what its workloads measure.
 Every key is declared once, on its dataclass field (``_model.py``); :func:`reference_markdown`
 (``python -m perfgate.profile --reference``) renders the key reference from those declarations.
 """
@@ -9,7 +10,11 @@ Every key is declared once, on its dataclass field (``_model.py``); :func:`refer
 from perfgate.profile._load import load_profile, parse_profile
 from perfgate.profile._model import (
     DEFAULT_TOLERANCE,
+    PROBED_BY_DEFAULT,
+    CorrectnessSpec,
+    ExplainSpec,
     GateSpec,
+    InconclusivePolicy,
     Profile,
     ServerSpec,
     Sweep,
@@ -18,11 +23,16 @@ from perfgate.profile._model import (
 )
 from perfgate.profile._reference import reference_markdown
 from perfgate.profile._tables import SLO_KEYS, LengthDist, Slo
+from perfgate.profile._validate import check_gated, merged_gate, validate
 
 __all__ = [
     "DEFAULT_TOLERANCE",
+    "PROBED_BY_DEFAULT",
     "SLO_KEYS",
+    "CorrectnessSpec",
+    "ExplainSpec",
     "GateSpec",
+    "InconclusivePolicy",
     "LengthDist",
     "Profile",
     "ServerSpec",
@@ -30,7 +40,10 @@ __all__ = [
     "Sweep",
     "TelemetrySpec",
     "Workload",
+    "check_gated",
     "load_profile",
+    "merged_gate",
     "parse_profile",
     "reference_markdown",
+    "validate",
 ]

@@ -1,4 +1,4 @@
-"""``python -m perfgate.profile --reference [--update README.md]``: the profile key reference."""
+"""``python -m perfgate.profile --reference [--update [PAGE]]``: the profile key reference."""
 
 from __future__ import annotations
 

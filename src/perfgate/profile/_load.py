@@ -11,19 +11,22 @@ from __future__ import annotations
 
 import difflib
 import math
-import tomllib
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, get_args
 
-from perfgate._files import NotAFileError, read_text
+from perfgate import _toml, catalogue
+from perfgate._files import read_named
 from perfgate._names import collision_keys, file_stem, name_problem
 from perfgate._redact import without_userinfo
 from perfgate.errors import ProfileError
 from perfgate.profile._keys import Bad, Check, checks, required
 from perfgate.profile._model import (
     DEFAULT_TOLERANCE,
+    PROBED_BY_DEFAULT,
+    CorrectnessSpec,
+    ExplainSpec,
     GateSpec,
     Profile,
     ServerKind,
@@ -35,9 +38,9 @@ from perfgate.profile._model import (
 
 # The simulator's option declarations, not its server: perfgate.sim imports no stage of
 # perfgate, so this is no upward import, and nothing HTTP-related loads with a profile.
-from perfgate.sim._options import LAUNCHER_SETS, conflicts, option_text, sim_options
+from perfgate.sim import LAUNCHER_SETS, conflicts, option_text, sim_options
 
-_TOP_KEYS = {"name", "description", "server", "telemetry", "workload", "gate"}
+_TOP_KEYS = {"name", "description", "server", "telemetry", "workload", "gate", "correctness", "explain"}
 
 
 def _and(names: tuple[str, ...]) -> str:
@@ -102,6 +105,25 @@ _DATASET_KEYS: dict[str, tuple[str, ...]] = {
     "num_turns": ("multi-turn",),
     "think_time_s": ("multi-turn",),
 }
+
+
+def _check_warmup(ctx: _Ctx, where: str, fields: dict[str, Any]) -> None:
+    if fields.get("warmup", "requests") != "steady":
+        for key in ("warmup_tolerance", "warmup_max_s"):
+            if key in fields:
+                raise ctx.fail(where, key, 'applies to warmup = "steady" only; remove it or set warmup = "steady"')
+        return
+    rounds = fields.get("warmup_requests", 1)
+    concurrency = fields.get("concurrency")
+    # A sweep's concurrency is a list: its largest load must also be reached by a round.
+    most = max(concurrency) if isinstance(concurrency, (list, tuple)) else concurrency
+    if isinstance(most, (int, float)) and rounds < most:
+        raise ctx.fail(
+            where,
+            "warmup_requests",
+            f'{rounds} is below concurrency {most:g}: with warmup = "steady" each round of warmup_requests requests '
+            f"must run at the workload's concurrency; set warmup_requests >= {most:g} (twice that is a good round)",
+        )
 
 
 def _check_dataset(ctx: _Ctx, where: str, fields: dict[str, Any]) -> None:
@@ -242,8 +264,8 @@ def parse_profile(text: str, path: Path) -> Profile:
     """Validate profile TOML text; ``path`` is used in messages and for the default name."""
     ctx = _Ctx(path)
     try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
+        raw = _toml.loads(text)
+    except _toml.TOMLDecodeError as e:
         raise ProfileError(f"profile {path}: not valid TOML: {e}") from None
 
     for key in raw:
@@ -276,6 +298,11 @@ def parse_profile(text: str, path: Path) -> Profile:
             'source = "dcgm" needs at least one endpoint, e.g. ["http://gpu-host:9400/metrics"]',
         )
 
+    explain_raw = raw.get("explain", {})
+    if not isinstance(explain_raw, dict):
+        raise ctx.fail("[explain]", None, "expected a table")
+    explain = ExplainSpec(**ctx.take("[explain]", explain_raw, ExplainSpec))
+
     gate_raw = raw.get("gate", {})
     if not isinstance(gate_raw, dict):
         raise ctx.fail("[gate]", None, "expected a table")
@@ -283,6 +310,8 @@ def parse_profile(text: str, path: Path) -> Profile:
     if "tolerance" in gate_fields:
         gate_fields["tolerance"] = {**DEFAULT_TOLERANCE, **gate_fields["tolerance"]}
     gate = GateSpec(**gate_fields)
+    _check_gate_metrics(ctx, gate)
+    correctness = _correctness(ctx, raw.get("correctness", {}), server)
 
     must = _and(required(Workload))
     workloads_raw = raw.get("workload")
@@ -305,6 +334,7 @@ def parse_profile(text: str, path: Path) -> Profile:
             if key not in fields:
                 raise ctx.fail(where, key, f"missing; every workload needs {must}")
         _check_dataset(ctx, where, fields)
+        _check_warmup(ctx, where, fields)
         points, sweep = _expand(ctx, where, fields)
         workloads += points
         if sweep is not None:
@@ -328,6 +358,12 @@ def parse_profile(text: str, path: Path) -> Profile:
             "name",
             f'workload names must be unique; {", ".join(dup)} appears more than once (set name = "..." to tell '
             "them apart)",
+        )
+    if "correctness" in names:
+        raise ctx.fail(
+            "[[workload]]",
+            "name",
+            "'correctness' is the correctness probe's name (its test, its baseline file); name the workload otherwise",
         )
     taken = sorted({s.name for s in sweeps} & set(names))
     if taken:
@@ -354,7 +390,52 @@ def parse_profile(text: str, path: Path) -> Profile:
         workloads=tuple(workloads),
         gate=gate,
         sweeps=tuple(sweeps),
+        correctness=correctness,
+        explain=explain,
     )
+
+
+def _check_gate_metrics(ctx: _Ctx, gate: GateSpec) -> None:
+    """The probe's metrics are held to absolute limits of their own: in [gate] they would gate nothing."""
+    for table in ("tolerance", "floors", "ceilings"):
+        for name in getattr(gate, table):
+            m = catalogue.METRICS.get(name)
+            if m is not None and m.category == "correctness":
+                raise ctx.fail(
+                    "[gate]",
+                    table,
+                    f"{name} is a correctness probe metric; set its limit in [correctness] limits = {{ {name} = ... }}",
+                )
+
+
+def _correctness(ctx: _Ctx, raw: Any, server: ServerSpec) -> CorrectnessSpec:
+    where = "[correctness]"
+    if not isinstance(raw, dict):
+        raise ctx.fail(where, None, "expected a table")
+    spec = CorrectnessSpec(**ctx.take(where, raw, CorrectnessSpec))
+    if spec.enabled is False and server.kind in PROBED_BY_DEFAULT and not spec.reason.strip():
+        raise ctx.fail(
+            where,
+            "enabled",
+            f'the correctness probe is on by default for kind = "{server.kind}"; turning it off needs '
+            'reason = "why" (a gate without it passes a fast server that computes the wrong thing)',
+        )
+    if not spec.score and not spec.reason.strip():
+        raise ctx.fail(
+            where,
+            "score",
+            'score = false leaves the greedy view only (a prefill-only bug goes unseen); it needs reason = "why"',
+        )
+    for name in spec.limits:
+        m = catalogue.METRICS.get(name)
+        if m is None or m.category != "correctness":
+            known = ", ".join(n for n, x in catalogue.METRICS.items() if x.category == "correctness")
+            raise ctx.fail(where, "limits", f"{name!r} is not a correctness metric; known: {known}")
+    if spec.duplicates > spec.prompts:
+        raise ctx.fail(
+            where, "duplicates", f"{spec.duplicates} is more than the {spec.prompts} prompts; at most prompts"
+        )
+    return spec
 
 
 _NAME_ADVICE = (
@@ -436,14 +517,11 @@ def _check_sim(ctx: _Ctx, table: Mapping[str, str | int | float | bool]) -> None
 def load_profile(path: str | Path) -> Profile:
     """Read and validate a profile file; every problem raises ProfileError naming the file."""
     p = Path(path)
-    try:
-        text = read_text(p)
-    except FileNotFoundError:
-        raise ProfileError(
-            f"profile {p}: file not found; pass an existing profile with --perf-profile (see profiles/)"
-        ) from None
-    except NotAFileError as e:
-        raise ProfileError(f"profile {p}: {e}; pass a profile TOML file with --perf-profile (see profiles/)") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ProfileError(f"profile {p}: cannot be read: {e}") from None
+    text = read_named(
+        p,
+        "profile",
+        ProfileError,
+        missing="pass an existing profile with --perf-profile (see profiles/)",
+        not_a_file="pass a profile TOML file with --perf-profile (see profiles/)",
+    )
     return parse_profile(text, p)

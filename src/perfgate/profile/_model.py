@@ -36,7 +36,15 @@ from perfgate.profile._keys import (
     url,
     url_path,
 )
-from perfgate.profile._tables import LengthDist, Slo, concurrency_or_sweep, length_dist, rate_or_sweep, slo_table
+from perfgate.profile._tables import (
+    LengthDist,
+    Slo,
+    concurrency_list,
+    concurrency_or_sweep,
+    length_dist,
+    rate_or_sweep,
+    slo_table,
+)
 
 ServerKind = Literal["sglang", "simulator", "attach", "command"]
 Backend = Literal["sglang", "openai-completions", "openai-chat"]
@@ -48,6 +56,10 @@ Tokenize = Literal["approximate", "server"]
 CapacityStat = Literal["median", "p90", "p95", "p99"]
 SweepAxis = Literal["concurrency", "request_rate"]
 InconclusivePolicy = Literal["fail", "warn"]
+ProbeApi = Literal["auto", "sglang", "openai-completions", "openai-chat"]
+# Kinds whose API the correctness probe is sure to speak (SGLang's /generate with logprobs).
+PROBED_BY_DEFAULT = ("sglang", "simulator")
+WarmupMode = Literal["requests", "steady"]
 
 MAX_TURNS = 10_000
 MAX_REPEATS = 1_000
@@ -177,6 +189,32 @@ class TelemetrySpec:
 
 
 @dataclass(frozen=True)
+class ExplainSpec:
+    """A profile of a few forward steps, taken in an extra repeat of each workload, to say why a gate failed."""
+
+    enabled: bool = key(
+        boolean,
+        "profile the server in an extra repeat of each workload (never a gated one) and rank which kernels "
+        "moved against the baseline's profile; --perf-explain turns it on for one run",
+        default=False,
+    )
+    num_steps: int = key(integer(1, 10_000), "forward steps to profile once the extra repeat's load holds", default=10)
+    top_n: int = key(integer(1, 10_000), "kernels (or host operators) kept per profile, by time", default=50)
+    timeout_s: float = key(number(1.0), "longest wait for the server's trace files", default=120.0)
+    max_trace_mb: float = key(
+        number(0.001), "largest trace read or kept (compressed file and decompressed text), in MB", default=256.0
+    )
+    server_trace_dir: str = key(
+        string,
+        "for a server that writes its traces where it was started to (vLLM: `--profiler-config.profiler torch "
+        "--profiler-config.torch_profiler_dir DIR`): that DIR, absolute or relative to where pytest runs; perfgate "
+        "asks for `max_iterations` = num_steps under a prefix of its own and moves those files into its folder. "
+        '"": SGLang\'s way, the trace folder is named in the request',
+        default="",
+    )
+
+
+@dataclass(frozen=True)
 class Workload:
     """One load shape, run ``repeats`` times and gated on its own (a sweep's point is one too)."""
 
@@ -273,6 +311,29 @@ class Workload:
         "requests before measuring, at the same concurrency, excluded from every number",
         default=1,
     )
+    warmup: WarmupMode = key(
+        choice(*get_args(WarmupMode)),
+        '"requests": warmup_requests requests (outputs capped at 32 tokens), once; "steady": rounds of '
+        "warmup_requests requests at full length until two consecutive rounds' output throughput agree within "
+        "warmup_tolerance (a repeat whose warmup does not settle within warmup_max_s is invalid)",
+        default="requests",
+    )
+    warmup_tolerance: float = key(
+        open_ratio,
+        'warmup = "steady": how far apart (relative) two consecutive rounds\' output throughput may be',
+        default=0.05,
+    )
+    warmup_max_s: float = key(
+        number(0.0, strict_min=True),
+        'warmup = "steady": the time cap of the warmup rounds; a warmup not settled by then makes the repeat invalid',
+        default=300.0,
+    )
+    max_token_gap_s: float = key(
+        number(0.0),
+        "longest the client may see no token at all while requests are in flight in the measured phase; "
+        "a longer stall (JIT compile, CUDA-graph capture, a host-side pause) makes the repeat invalid; 0: not checked",
+        default=0.0,
+    )
     backend: Backend = key(
         choice(*get_args(Backend)),
         "API the client speaks: /generate, /v1/completions or /v1/chat/completions",
@@ -296,7 +357,8 @@ class Workload:
     )
     stall_timeout_s: float = key(
         number(0.0, strict_min=True),
-        "a stream silent this long fails (a hung server must not hang the gate)",
+        "a stream that makes no progress (no new token, count or finish reason) this long fails (a hung "
+        "server must not hang the gate)",
         default=600.0,
     )
     # For rates one process cannot sustain without saturating.
@@ -473,6 +535,67 @@ class GateSpec:
 
 
 @dataclass(frozen=True)
+class CorrectnessSpec:
+    """The correctness probe: is the server still the same model (see docs/correctness.md)."""
+
+    enabled: bool | None = key(
+        boolean,
+        "run the probe once per session, after boot and before the workloads",
+        default=None,
+        shown_default='`true` for kind = "sglang" and "simulator", else `false`',
+    )
+    reason: str = key(
+        string,
+        "why the probe is off (required to turn it off where it is on by default), or why it does not score",
+        default="",
+    )
+    prompts: int = key(integer(1, 4096), "prompts of the fixed, seeded probe set", default=32)
+    prompt_len: int = key(integer(1, 65_536), "tokens per probe prompt", default=32)
+    output_len: int = key(integer(2, 65_536), "greedy output tokens per prompt (temperature 0)", default=64)
+    concurrencies: tuple[int, ...] = key(
+        concurrency_list,
+        "the concurrencies the probe runs at (batching changes numerics); each pass is scored on its own",
+        default=(),
+        shown_default="`[min(8, highest), highest]`, highest: the workloads' highest concurrency",
+    )
+    duplicates: int = key(
+        integer(0, 4096),
+        "prompts sent twice in the same batch of the highest concurrency; the two answers must agree",
+        default=4,
+    )
+    seed: int = key(integer(0, SEED_MAX), "seed of the probe prompts", default=0)
+    api: ProbeApi = key(
+        choice(*get_args(ProbeApi)),
+        'the API probed; "auto": SGLang\'s /generate for kind = "sglang" and "simulator", else the first '
+        "workload's backend (teacher-forced scoring needs /generate or /v1/completions)",
+        default="auto",
+    )
+    token_id_range: tuple[int, int] | None = key(
+        id_range, "token ids the prompts are drawn from", default=None, shown_default="the first workload's"
+    )
+    score: bool = key(
+        boolean,
+        "score the reference's tokens teacher-forced (a prefill) besides the greedy view (a decode); false "
+        "keeps the greedy view only, for an engine that dies scoring given tokens; needs reason",
+        default=True,
+    )
+    near_tie_nats: float = key(
+        number(0.0),
+        "two answers that part where the top two tokens are closer than this (nats) part benignly",
+        default=0.05,
+    )
+    limits: Mapping[str, float] = key(
+        metric_map(0.0),
+        "absolute limit per correctness metric (a ceiling, or a floor for correctness_greedy_match); "
+        "merged over the catalogue's defaults",
+        default_factory=dict,
+    )
+
+    def on(self, kind: str) -> bool:
+        return self.enabled if self.enabled is not None else kind in PROBED_BY_DEFAULT
+
+
+@dataclass(frozen=True)
 class Profile:
     path: Path
     name: str
@@ -482,6 +605,8 @@ class Profile:
     workloads: tuple[Workload, ...]
     gate: GateSpec
     sweeps: tuple[Sweep, ...] = ()
+    correctness: CorrectnessSpec = CorrectnessSpec()
+    explain: ExplainSpec = ExplainSpec()
 
     def sweep_of(self, workload: Workload) -> Sweep | None:
         """The sweep ``workload`` is a point of, if any."""

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-from perfgate._readme import GeneratedSection
+from perfgate._docs import GeneratedSection
 from perfgate.profile._keys import key_docs
-from perfgate.profile._model import GateSpec, ServerSpec, TelemetrySpec, Workload
+from perfgate.profile._model import CorrectnessSpec, ExplainSpec, GateSpec, ServerSpec, TelemetrySpec, Workload
 
-# README.md holds the generated reference between this section's marker lines.
-SECTION = GeneratedSection("profile key reference", "python -m perfgate.profile --reference")
+# docs/profiles.md holds the generated reference between this section's marker lines.
+SECTION = GeneratedSection("profile key reference", "python -m perfgate.profile --reference", "docs/profiles.md")
 
-_TABLES = (("[server]", ServerSpec), ("[telemetry]", TelemetrySpec), ("[gate]", GateSpec), ("[[workload]]", Workload))
+_TABLES = (
+    ("[server]", ServerSpec),
+    ("[telemetry]", TelemetrySpec),
+    ("[gate]", GateSpec),
+    ("[[workload]]", Workload),
+    ("[correctness]", CorrectnessSpec),
+    ("[explain]", ExplainSpec),
+)
 
 
 def _cell(text: str) -> str:

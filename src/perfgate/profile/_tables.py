@@ -170,3 +170,15 @@ def rate_or_sweep(single: Check) -> Check:
     return Check(
         'number or "inf", or list of numbers', "> 0; a list (increasing, finite) runs a capacity sweep", convert
     )
+
+
+def _concurrency_list(v: Any) -> tuple[int, ...]:
+    expected = f"a list of integers from 1 to {COUNT_MAX:,} in increasing order"
+    if not isinstance(v, list) or not v or not all(_is_int(x) and 1 <= x <= COUNT_MAX for x in v):
+        raise Bad(expected)
+    if not _increasing(v):
+        raise Bad(expected)
+    return tuple(int(x) for x in v)
+
+
+concurrency_list = Check("list of integers", f"1 - {COUNT_MAX:,}, increasing", _concurrency_list)

@@ -2,14 +2,26 @@
 (:class:`~perfgate.session.RunSummary`) and of an A/B (:class:`~perfgate.ab.AbSummary`)."""
 
 from perfgate.report._ab import ab_document, report_lines, write_ab_results
-from perfgate.report._results import markdown_summary, results_document, write_results
+from perfgate.report._results import (
+    RESULTS_SCHEMA,
+    Results,
+    ResultsWorkload,
+    markdown_summary,
+    read_results,
+    results_document,
+    write_results,
+)
 from perfgate.report._table import Row, align, render_markdown, render_text, rows
 
 __all__ = [
+    "RESULTS_SCHEMA",
+    "Results",
+    "ResultsWorkload",
     "Row",
     "ab_document",
     "align",
     "markdown_summary",
+    "read_results",
     "render_markdown",
     "render_text",
     "report_lines",

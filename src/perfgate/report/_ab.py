@@ -172,8 +172,41 @@ def report_lines(summary: AbSummary) -> list[str]:
     table = _rows(summary)
     if len(table) > 1:
         lines += ["", align(table, right={2, 3, 4})]
-    lines += _verdict_lines(summary) + _note_lines(summary)
+    lines += _correctness_lines(summary) + _verdict_lines(summary) + _explain_lines(summary) + _note_lines(summary)
     lines += ["", _OUTCOME_LINES[summary.outcome]]
+    return lines
+
+
+_PROBE_SHOWN = (
+    ("correctness_logprob_delta_mean", "mean |Δlogprob|"),
+    ("correctness_logprob_delta_max", "max |Δlogprob|"),
+    ("correctness_argmax_mismatch", "argmax mismatch"),
+    ("correctness_greedy_match", "greedy match"),
+)
+
+
+def _correctness_lines(summary: AbSummary) -> list[str]:
+    """Both stacks' probes: A against its own answers across concurrencies, B against A's."""
+    if not summary.probes:
+        return [f"correctness: {summary.probe_off}"] if summary.probe_off else []
+    lines = [""]
+    for label in ("A", "B"):
+        r = summary.probes.get(label)
+        if r is None:
+            continue
+        if r.outcome is None:
+            lines.append(f"correctness {label}: stopped: {r.error}")
+            continue
+        values = r.outcome.metrics
+        shown = ", ".join(
+            f"{text} {fmt_value(values[name], unit_of(name)) if values[name] == values[name] else '-'}"
+            for name, text in _PROBE_SHOWN
+        )
+        verdict = "PASS" if r.passed else "FAIL"
+        lines.append(f"correctness {label}: {verdict} ({r.note}; {r.outcome.duration_s:.1f} s): {shown}")
+    c = summary.correctness
+    if c is not None and not c.passed:
+        lines.append(c.failure_message())
     return lines
 
 
@@ -192,6 +225,16 @@ def _verdict_lines(summary: AbSummary) -> list[str]:
     ]
     if messages:
         lines += ["", *messages]
+    return lines
+
+
+def _explain_lines(summary: AbSummary) -> list[str]:
+    """B's profile against A's, per workload that took one."""
+    lines: list[str] = []
+    for w in summary.workloads:
+        explained = w.explain()
+        if explained is not None:
+            lines += ["", f"{w.name}, B's profile against A's ({explained.excluded}):", *explained.lines()]
     return lines
 
 
@@ -292,6 +335,7 @@ def ab_document(summary: AbSummary) -> dict[str, Any]:
         "outcome": summary.outcome,
         "problems": summary.problems,
         "stopped": summary.stopped,
+        "correctness": {label: r.to_json() for label, r in summary.probes.items()},
         "variants": variants,
         "workloads": [
             {
@@ -301,6 +345,7 @@ def ab_document(summary: AbSummary) -> dict[str, Any]:
                 "fingerprint": w.fingerprint_note,
                 "baseline": {"recorded": w.recorded, "path": w.baseline_path, "note": w.baseline_note},
                 "verdict": plain(w.verdict.metrics) if w.verdict else None,
+                "explain": explained.to_dict() if (explained := w.explain()) is not None else None,
                 "rounds": [
                     {"round": n, "order": "AB" if n % 2 else "BA", "A": _run_json(ra), "B": _run_json(rb)}
                     for n, ra, rb in w.rounds()

@@ -1,6 +1,6 @@
 """PNG plots from a results document, when matplotlib (the ``plots`` extra) is installed.
 
-One figure per workload, readable without the README: the last repeat's output throughput
+One figure per workload, readable without the documentation: the last repeat's output throughput
 and requests in flight over time (steady window shaded, the baseline's median throughput
 dashed), per-GPU power when measured (with the baseline's weakest-GPU power), and the TPOT
 and TTFT distributions on axes of their own (at 1024 streams TPOT is ~50 ms while TTFT spans
@@ -24,6 +24,26 @@ from perfgate._redact import SECRETS
 
 _STEADY = {"color": "tab:green", "alpha": 0.12}
 _BASELINE = {"color": "black", "ls": "--", "lw": 1.0}
+
+
+# The throughput line of a workload's plot: a rolling rate over this many seconds of timeline bins.
+_ROLLING_S = 1.0
+_BIN_ALPHA = 0.25
+
+
+def rolling_rate(tokens_per_bin: list[int] | list[float], bin_s: float, window_s: float) -> list[float]:
+    """Tokens per second over the ``window_s`` of bins around each bin (at the edges over the bins
+    there are, divided by the time they cover), from per-bin token counts."""
+    n = len(tokens_per_bin)
+    width = max(1, round(window_s / bin_s))
+    cumulative = [0.0]
+    for x in tokens_per_bin:
+        cumulative.append(cumulative[-1] + x)
+    rates = []
+    for i in range(n):
+        lo, hi = max(0, i - width // 2), min(n, i - width // 2 + width)
+        rates.append((cumulative[hi] - cumulative[lo]) / ((hi - lo) * bin_s))
+    return rates
 
 
 def _baseline_values(wl: dict[str, Any]) -> dict[str, float]:
@@ -107,8 +127,18 @@ def _figure(plt: Any, wl: dict[str, Any]) -> Any:
     fig.suptitle(f"{wl['workload']}: repeat {len(repeats)} of {len(repeats)} (measured phase; steady window shaded)")
 
     ax = fig.add_subplot(grid[0, :])
-    t = [i * tl["bin_s"] for i in range(len(tl["in_flight"]))]
-    lines = ax.plot(t, [x / tl["bin_s"] for x in tl["output_tokens"]], lw=0.8, label="output tok/s")
+    bin_s = tl["bin_s"]
+    t = [i * bin_s for i in range(len(tl["in_flight"]))]
+    # Per 0.1 s bin the rate is a comb at high concurrency (a batch's tokens land in one bin, the
+    # next bin is empty): the bins stay faint, the rolling 1 s rate is the line to read.
+    ax.plot(t, [x / bin_s for x in tl["output_tokens"]], lw=0.5, alpha=_BIN_ALPHA, color="tab:blue")
+    lines = ax.plot(
+        t,
+        rolling_rate(tl["output_tokens"], bin_s, _ROLLING_S),
+        lw=1.2,
+        color="tab:blue",
+        label=f"output tok/s, rolling {_ROLLING_S:g} s (faint: per {bin_s:g} s bin)",
+    )
     ax.set_ylabel("output tokens/s")
     ax.set_xlabel("s since the measured phase started")
     if "output_throughput" in base:
@@ -118,7 +148,8 @@ def _figure(plt: Any, wl: dict[str, Any]) -> Any:
     ax2.set_ylabel("requests in flight")
     if steady:
         lines.append(ax.axvspan(steady["start_s"] - t0, steady["end_s"] - t0, label="steady window", **_STEADY))
-    ax.legend(handles=lines, loc="lower center", fontsize=7, ncol=4)
+    # Above the axes, where it covers no data.
+    ax.legend(handles=lines, loc="lower center", bbox_to_anchor=(0.5, 1.0), fontsize=7, ncol=4, frameon=False)
 
     if series:
         axp = fig.add_subplot(grid[1, :])

@@ -1,18 +1,21 @@
-"""Results files of a gate session: JSON with everything, a Markdown summary, optional plots."""
+"""Results files of a gate session: JSON with everything, a Markdown summary, optional plots;
+and :func:`read_results`, the reader of the parts of that JSON that ``perfgate compare`` uses."""
 
 from __future__ import annotations
 
 import itertools
 import json
+import math
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, is_dataclass
+from dataclasses import asdict, dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from perfgate._files import Artefacts, describe, publish, reserve_dir
+from perfgate._files import Artefacts, describe, publish, read_named, reserve_dir
 from perfgate._names import file_stem, path_in
 from perfgate._redact import SECRETS
+from perfgate.errors import PerfgateError
 from perfgate.load import RequestRecord
 from perfgate.report._table import render_markdown, rows
 from perfgate.session import RepeatResult, RunSummary, SweepResult, WorkloadResult, window_json
@@ -89,6 +92,16 @@ def repeat_json(rep: RepeatResult, *, stream_requests: bool = False) -> dict[str
         "client": plain(rep.load.client),
         "errors": m.errors,
         "notes": rep.notes(),
+        "warmup": (
+            rep.load.steady_warmup.as_json()
+            if rep.load.steady_warmup is not None
+            else {"mode": "requests", "requests": rep.load.warmup_requests}
+        ),
+        "token_gaps": {
+            "max_s": rep.max_token_gap_s,
+            "longest": plain(rep.longest_gap),
+            "stalls": plain(rep.stalls),
+        },
         "steady_window": plain(m.steady),
         "timeline": plain(m.timeline),
         "telemetry": (
@@ -121,6 +134,7 @@ def _workload_json(res: WorkloadResult, rules: tuple[MetricRule, ...], stream_re
         },
         "verdict": plain(res.verdict),
         "repeats": [repeat_json(r, stream_requests=stream_requests) for r in res.repeats],
+        "explain": res.explain.to_dict() if res.explain is not None else None,
     }
 
 
@@ -175,6 +189,7 @@ def results_document(summary: RunSummary, *, stream_requests: bool = False) -> d
         "server_metrics": {"url": summary.server_metrics_url, "note": summary.server_metrics_note},
         "workloads": [_workload_json(r, summary.rules.get(r.workload, ()), stream_requests) for r in summary.workloads],
         "sweeps": [_sweep_json(s, summary.rules.get(s.sweep, ())) for s in summary.sweeps],
+        "correctness": summary.correctness.to_json() if summary.correctness else None,
         "errors": summary.failures,
     }
 
@@ -186,6 +201,9 @@ def markdown_summary(summary: RunSummary) -> str:
         lines.append(f"Target: `{server.kind}` {server.model} ({server.version or 'unknown version'})")
         lines.append("")
     lines.append(render_markdown(rows(summary)))
+    for res in summary.workloads:
+        if res.explain is not None:
+            lines += ["", f"**{res.workload}** ({res.explain.excluded}):", "", "```", *res.explain.lines(), "```"]
     for name, err in summary.failures.items():
         lines.append(f"\n**{name}**: {err}")
     return "\n".join(lines) + "\n"
@@ -239,3 +257,130 @@ def write_results(summary: RunSummary, out_dir: Path, *, step_summary: str | Non
     return write_documents(
         out_dir, f"results-{summary.profile_name}", doc, markdown_summary(summary), step_summary, write_plots
     )
+
+
+# -- reading -------------------------------------------------------------------------------
+
+_FROM = "pass files written by --perf-results"
+
+
+@dataclass(frozen=True)
+class ResultsWorkload:
+    """What a results file says of one workload: the rules it was gated on, each repeat's
+    numeric metric values, the error that stopped it ("" if none), why the run was invalid,
+    and the baseline fingerprint (None when the file has none)."""
+
+    name: str
+    rules: tuple[MetricRule, ...]
+    repeats: tuple[dict[str, float], ...]
+    error: str
+    invalid_reasons: tuple[str, ...]
+    fingerprint: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class Results:
+    """A results file as read back: its profile's name (None if it names none) and workloads by name."""
+
+    path: Path
+    profile: str | None
+    workloads: dict[str, ResultsWorkload]
+
+
+def read_results(path: Path) -> Results:
+    """Read a results JSON file that :func:`write_results` wrote (schema :data:`RESULTS_SCHEMA`).
+
+    PerfgateError with one line naming the file and what to pass instead for a missing file, a
+    non-file, a file that is not JSON, an A/B's results, a results file of another schema
+    version, or one whose workloads are malformed.
+    """
+    text = read_named(
+        path,
+        "results",
+        PerfgateError,
+        missing="write results with `pytest perf_tests --perf-results DIR`",
+        not_a_file="pass a results-*.json file that --perf-results wrote",
+    )
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        raise PerfgateError(f"results {path}: not a perfgate results JSON file ({e})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("workloads"), list):
+        raise PerfgateError(f"results {path}: not a perfgate results file (no 'workloads'); {_FROM}")
+    if doc.get("kind") == "ab":
+        raise PerfgateError(
+            f"results {path}: the results of an A/B (perfgate ab), which judged B against A itself; {_FROM}"
+        )
+    version = doc.get("schema_version")
+    if version != RESULTS_SCHEMA:
+        raise PerfgateError(
+            f"results {path}: schema_version {version!r}, and this perfgate reads results of schema "
+            f"{RESULTS_SCHEMA}; compare files written by one perfgate version (rerun the older side with this one)"
+        )
+    workloads: dict[str, ResultsWorkload] = {}
+    for entry in doc["workloads"]:
+        wl = _workload(entry, path)
+        workloads[wl.name] = wl
+    profile = doc.get("profile")
+    name = profile.get("name") if isinstance(profile, dict) else profile
+    return Results(path=path, profile=name if isinstance(name, str) else None, workloads=workloads)
+
+
+def _workload(entry: Any, path: Path) -> ResultsWorkload:
+    if (
+        not isinstance(entry, dict)
+        or not isinstance(entry.get("workload"), str)
+        or not isinstance(entry.get("repeats"), list)
+    ):
+        raise PerfgateError(f"results {path}: a workload entry lacks 'workload' or 'repeats'; {_FROM}")
+    name = entry["workload"]
+
+    def malformed(what: str) -> PerfgateError:
+        return PerfgateError(f"results {path}: workload {name!r}: {what}; {_FROM}")
+
+    repeats = []
+    for i, rep in enumerate(entry["repeats"], start=1):
+        values = rep.get("values") if isinstance(rep, dict) else None
+        if not isinstance(values, dict):
+            raise malformed(f"repeat {i} has no 'values' table")
+        # NaN was written as null: a value not measured.
+        repeats.append(
+            {
+                str(k): float(v)
+                for k, v in values.items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            }
+        )
+    rules = entry.get("rules", [])
+    if not isinstance(rules, list):
+        raise malformed("'rules' is not a list")
+    reasons = entry.get("invalid_reasons") or []
+    fingerprint = entry.get("fingerprint")
+    if not isinstance(reasons, list) or (fingerprint is not None and not isinstance(fingerprint, dict)):
+        raise malformed("'invalid_reasons' is not a list or 'fingerprint' not a table")
+    return ResultsWorkload(
+        name=name,
+        rules=tuple(_rule(r, malformed) for r in rules),
+        repeats=tuple(repeats),
+        error=str(entry.get("error") or ""),
+        invalid_reasons=tuple(map(str, reasons)),
+        fingerprint=fingerprint,
+    )
+
+
+_RULE_KEYS = {f.name for f in fields(MetricRule)}
+
+
+def _rule(raw: Any, malformed: Callable[[str], PerfgateError]) -> MetricRule:
+    def number(v: Any) -> bool:
+        return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+
+    if (
+        not isinstance(raw, dict)
+        or set(raw) - _RULE_KEYS
+        or not isinstance(raw.get("metric"), str)
+        or raw.get("direction") not in ("higher", "lower")
+        or not all(number(raw.get(k)) for k in ("tolerance", "floor", "ceiling"))
+    ):
+        raise malformed(f"a rule is not a metric, a direction and numbers ({raw!r})")
+    return MetricRule(**raw)

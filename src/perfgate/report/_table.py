@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from perfgate._stats import median
 from perfgate.catalogue import SHOWN
+from perfgate.correctness import NAME as CORRECTNESS
 from perfgate.session import RunSummary
 from perfgate.verdict import MetricVerdict, fmt_value, unit_of
 
@@ -61,7 +62,7 @@ def rows(summary: RunSummary) -> list[Row]:
     """The summary table: each workload's gated metrics, the informative ones, failed requests next
     to their allowed rate (a run that failed requests within its allowance still shows them), then
     each sweep's capacity."""
-    out: list[Row] = []
+    out: list[Row] = _correctness_rows(summary)
     for res in summary.workloads:
         gated = set()
         for v in res.verdict.metrics if res.verdict else ():
@@ -102,6 +103,27 @@ def rows(summary: RunSummary) -> list[Row]:
             out.append(Row(sw.sweep, "capacity: stopped", "", "", "", "", "ERROR"))
         elif sw.invalid_reasons:
             out.append(Row(sw.sweep, "capacity validity", "", "", "", "", "INVALID"))
+    return out
+
+
+def _correctness_rows(summary: RunSummary) -> list[Row]:
+    """The probe's verdicts first (a fast server that is wrong is the first thing to read), its
+    metrics without a limit as info, and a row when it stopped."""
+    c = summary.correctness
+    if c is None or not c.ran:
+        return []
+    out = []
+    judged = set()
+    for v in c.verdict.metrics if c.verdict else ():
+        judged.add(v.metric)
+        out.append(_verdict_row(CORRECTNESS, v, c.recorded, {}))
+    if c.outcome is not None:
+        for name, value in c.outcome.metrics.items():
+            if name not in judged:
+                shown = fmt_value(value, unit_of(name)) if value == value else "-"
+                out.append(Row(CORRECTNESS, name, shown, "", "", "", "info"))
+    if c.error:
+        out.append(Row(CORRECTNESS, "probe stopped", "", "", "", "", "ERROR"))
     return out
 
 

@@ -28,6 +28,8 @@ from perfgate.server import _signals
 from perfgate.server._secrets import Redactor
 
 LOG_TAIL_LINES = 50
+EXIT_GRACE_S = 2.0
+"""How long a caller whose requests broke waits to see whether the server is exiting."""
 
 # prctl(2): the signal the calling process gets when the thread that forked it exits.
 _PR_SET_PDEATHSIG = 1
@@ -78,8 +80,9 @@ class ServerProcess:
     def exited(self) -> int | None:
         return self.popen.poll()
 
-    def exit_error(self, doing: str, grace_s: float = 0.0) -> ServerError | None:
-        """A ServerError saying the server died while ``doing`` (with its exit and log), or None while it runs.
+    def exit_reason(self, doing: str, grace_s: float = 0.0) -> str | None:
+        """One line saying the server died while ``doing`` (its exit and the last error in its log),
+        or None while it runs.
 
         ``grace_s``: how long to wait for an exit that is under way. A dying server's sockets close
         before the kernel reports its exit, so its clients can see "connection error" first.
@@ -91,9 +94,14 @@ class ServerProcess:
         if code is None:
             return None
         self.flush_log()
-        return ServerError(
-            f"the server {describe_exit(code)} {doing} (command: {' '.join(self.argv)}){tail_block(self.log_path)}"
-        )
+        return f"the server {describe_exit(code, doing, self.log_path)}"
+
+    def exit_error(self, doing: str, grace_s: float = 0.0) -> ServerError | None:
+        """:meth:`exit_reason` as a ServerError with the command and the log's tail."""
+        reason = self.exit_reason(doing, grace_s)
+        if reason is None:
+            return None
+        return ServerError(f"{reason} (command: {' '.join(self.argv)}){tail_block(self.log_path)}")
 
     def stop(self, timeout_s: float) -> list[str]:
         """SIGTERM the session, wait up to ``timeout_s``, then SIGKILL it. Returns what had to be forced.
@@ -276,13 +284,43 @@ def _pump(stream: IO[bytes], log_path: Path, redactor: Redactor) -> None:
     stream.close()
 
 
-def describe_exit(code: int) -> str:
-    """ "exited with code 1", or "was killed by SIGKILL" for a negative Popen return code."""
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        oom = " (the kernel's OOM killer sends this; check `dmesg`)" if -code == signal.SIGKILL else ""
-        return f"was killed by {name}{oom}"
-    return f"exited with code {code}"
+_TRACEBACK = "Traceback (most recent call last):"
+# How far back a log is searched for the traceback that ended the server.
+_ERROR_LINES = 400
+# An exception line is quoted up to this length (the log has all of it).
+_ERROR_CHARS = 240
+
+
+def last_error(path: Path) -> str:
+    """The exception line of the last Python traceback near the end of the log at ``path``
+    (``RuntimeError: ...``), or "" when there is none."""
+    lines = log_tail(path, _ERROR_LINES).splitlines()
+    start = next((i for i in range(len(lines) - 1, -1, -1) if _TRACEBACK in lines[i]), None)
+    if start is None:
+        return ""
+    # Frames and their source lines are indented; the exception is the first line that is not.
+    error = next((line.strip() for line in lines[start + 1 :] if line[:1].strip()), "")
+    return error if len(error) <= _ERROR_CHARS else error[: _ERROR_CHARS - 3] + "..."
+
+
+def describe_exit(code: int, doing: str, log_path: Path) -> str:
+    """ "exited with code 1 {doing}", or "was killed by SIGKILL {doing}" for a negative Popen
+    return code, with the last error the server's log shows."""
+    error = last_error(log_path)
+    said = f"; the last error in its log: {error}" if error else ""
+    if code >= 0:
+        return f"exited with code {code} {doing}{said}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    hint = ""
+    if -code == signal.SIGKILL:
+        # SGLang SIGKILLs its own process tree when a child fails: then the error, not memory, is why.
+        hint = (
+            " (a server that kills its own processes when one fails, as SGLang does, ends this way; so does "
+            "the kernel's OOM killer: check `dmesg`)"
+            if error
+            else " (the kernel's OOM killer sends this; check `dmesg`)"
+        )
+    return f"was killed by {name} {doing}{said}{hint}"

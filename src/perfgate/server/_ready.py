@@ -18,7 +18,7 @@ import httpx
 
 from perfgate._redact import without_userinfo
 from perfgate.errors import ServerError
-from perfgate.server._process import ServerProcess, describe_exit, tail_block
+from perfgate.server._process import ServerProcess, tail_block
 
 _POLL_S = 0.25
 # A path must answer "not found" this often, over at least this long, before it is believed:
@@ -73,13 +73,9 @@ class _Watch:
     def exited(self) -> None:
         if self.process is None:
             return
-        code = self.process.exited()
-        if code is not None:
-            self.process.flush_log()
-            raise ServerError(
-                f"server {describe_exit(code)} before {self.url} answered 200 "
-                f"(command: {' '.join(self.process.argv)}){tail_block(self.process.log_path)}"
-            )
+        died = self.process.exit_error(f"before {self.url} answered 200")
+        if died is not None:
+            raise died
 
     def answered(self, client: httpx.Client, status: int) -> None:
         self.last = f"HTTP {status}"

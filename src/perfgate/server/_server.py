@@ -19,7 +19,7 @@ from perfgate.gpu import Hardware
 from perfgate.profile import ServerSpec
 from perfgate.server._gpu_procs import wait_released
 from perfgate.server._locks import hold_gpus
-from perfgate.server._process import ServerProcess, launch
+from perfgate.server._process import EXIT_GRACE_S, ServerProcess, launch
 from perfgate.server._ready import check_url, wait_ready
 from perfgate.server._secrets import SECRET_FLAGS, Redactor, ServerKeys
 from perfgate.server._sglang_launch import preflight, verify
@@ -52,6 +52,12 @@ class RunningServer:
     env: dict[str, str] = field(default_factory=dict)
 
     @property
+    def is_sglang(self) -> bool:
+        """SGLang, launched as kind = "sglang" or recognised by its version on /server_info (attached,
+        a command, or perfgate's SGLang-compatible simulator)."""
+        return self.kind == "sglang" or self.version_source == "/server_info"
+
+    @property
     def telemetry_gpus(self) -> tuple[int | str, ...]:
         """The GPUs to read power from on this host: the profile's, except for the simulator,
         whose GPUs are simulated (its dcgm endpoint serves them)."""
@@ -80,6 +86,17 @@ class RunningServer:
         to watch: None.
         """
         return self.process.exit_error(doing, grace_s) if self.process is not None else None
+
+    def exit_reason(self, doing: str, grace_s: float = 0.0) -> str | None:
+        """:meth:`died` in one line, without the command and the log's tail."""
+        return self.process.exit_reason(doing, grace_s) if self.process is not None else None
+
+    def with_exit(self, message: str, doing: str) -> str:
+        """``message`` with the server's exit appended when it exited while ``doing``: a request
+        that broke says little, the exit code and the last error in the server's log say why. It
+        waits :data:`EXIT_GRACE_S` for an exit under way."""
+        died = self.exit_reason(doing, EXIT_GRACE_S)
+        return f"{message}; {died}" if died else message
 
     def provenance(self) -> dict[str, Any]:
         return {

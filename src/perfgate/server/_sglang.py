@@ -14,10 +14,10 @@ import difflib
 import json
 import re
 import subprocess
-import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from perfgate import _toml
 from perfgate.errors import ServerError
 
 _PROBE_TIMEOUT_S = 120.0
@@ -210,8 +210,8 @@ def sglang_version_from_tree(sglang_root: Path) -> str:
             if line.startswith("Version:"):
                 return line.split(":", 1)[1].strip()
     try:
-        project = tomllib.loads((sglang_root.parent / "pyproject.toml").read_text(encoding="utf-8")).get("project", {})
-    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        project = _toml.loads((sglang_root.parent / "pyproject.toml").read_text(encoding="utf-8")).get("project", {})
+    except (OSError, _toml.TOMLDecodeError, UnicodeDecodeError):
         project = {}
     version = project.get("version") if isinstance(project, dict) else None
     return version if isinstance(version, str) and version else "unknown"

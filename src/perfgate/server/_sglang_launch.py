@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,8 +40,33 @@ class SGLangPreflight:
     flag_source: str = ""
 
 
+# A Hugging Face repo id: "name" or "namespace/name" in letters, digits, "-", "_" and ".", without
+# "--" or ".." (the Hub's rule). SGLang reads a model_path that is no directory as one.
+_REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
+
+
+def check_model_path(model_path: str) -> None:
+    """A ServerError when ``model_path`` is neither on this host nor a Hugging Face repo id.
+
+    SGLang takes any model_path it cannot find as a repo id, so a mistyped local path reaches
+    the user, after the interpreter and torch have started, as an invalid repo id.
+    """
+    if Path(model_path).exists():
+        return
+    if _REPO_ID.fullmatch(model_path) and "--" not in model_path and ".." not in model_path:
+        return
+    where = "" if Path(model_path).is_absolute() else f" (relative to {Path.cwd()}, where the server starts)"
+    tilde = "; '~' is not expanded: write the full path" if model_path.startswith("~") else ""
+    raise ServerError(
+        f"[server] model_path {model_path!r}: no such file or directory on this host{where}{tilde}. "
+        "SGLang would take it for a Hugging Face repo id and fail on that; give the model's folder "
+        "(the one holding config.json) or a repo id such as 'meta-llama/Llama-3.1-8B-Instruct'"
+    )
+
+
 def preflight(spec: ServerSpec, python: str, env: Mapping[str, str]) -> SGLangPreflight:
     """Everything that can be known to fail before a multi-minute boot, each with its own message."""
+    check_model_path(spec.model_path)
     root = find_sglang_root(python)
     versions = {k: v for k, v in sglang_versions(python).items() if v}
     version = versions.get("sglang", "unknown")

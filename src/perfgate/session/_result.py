@@ -8,8 +8,9 @@ from typing import Any
 
 from perfgate._stats import median
 from perfgate.baseline import Fingerprint
+from perfgate.explain import ExplainResult
 from perfgate.load import LoadRun
-from perfgate.metrics import ServingMetrics
+from perfgate.metrics import ServingMetrics, TokenGap
 from perfgate.telemetry import ServerWindow, TelemetryWindow
 from perfgate.verdict import MetricVerdict, WorkloadVerdict
 
@@ -47,6 +48,11 @@ class RepeatResult:
     # The server's own metrics over this run; None when they were not read (server_note says why).
     server: ServerWindow | None = None
     server_note: str = ""
+    # The workload's max_token_gap_s (0: not checked), the stalls longer than it, and the longest
+    # stall of the measured phase whatever the bound (None when none had a request in flight).
+    max_token_gap_s: float = 0.0
+    stalls: list[TokenGap] = field(default_factory=list)
+    longest_gap: TokenGap | None = None
 
     def flat_metrics(self) -> dict[str, float]:
         """Every number of this repeat under its metric name: serving metrics, then telemetry and the server's."""
@@ -60,6 +66,21 @@ class RepeatResult:
             if energy and window_tokens:
                 values["output_tokens_per_j"] = window_tokens / energy
         return values
+
+    def warmup_and_stall_reasons(self) -> list[str]:
+        """Why this repeat's measured phase did not see a steady server: a steady warmup that did not
+        settle, stalls longer than max_token_gap_s."""
+        warmup = self.load.steady_warmup
+        reasons = [warmup.invalid_reason()] if warmup is not None and not warmup.converged else []
+        if self.stalls:
+            longest = max(g.length_s for g in self.stalls)
+            reasons.append(
+                f"{len(self.stalls)} stall(s) longer than max_token_gap_s {self.max_token_gap_s:g} s in the measured "
+                f"phase, the longest {longest:.2f} s; first: {self.stalls[0].text()}: the server paused (JIT "
+                "compilation, CUDA-graph capture, its host side) while measured, so the numbers hold that pause; "
+                'warm up longer (warmup = "steady") or find the pause in the server log'
+            )
+        return reasons
 
     def output_token_gap(self) -> float | None:
         """(server-counted - client-counted) / client-counted output tokens of every measured request,
@@ -123,6 +144,8 @@ class WorkloadResult(Judgement):
 
     workload: str
     repeats: list[RepeatResult]
+    # The explain slice ([explain] / --perf-explain): an extra repeat, in no verdict.
+    explain: ExplainResult | None = None
 
     def repeat_metrics(self) -> list[dict[str, float]]:
         """:meth:`RepeatResult.flat_metrics` of every repeat, in order."""

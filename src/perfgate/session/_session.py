@@ -6,33 +6,27 @@ The pytest plugin is a thin layer over this class; nothing here imports pytest.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import ExitStack
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from perfgate.baseline import Baseline, BaselineStore, Fingerprint, fingerprint_for, others_note
-from perfgate.errors import BaselineError, LoadError, PerfgateError, ProfileError, TelemetryError
-from perfgate.gpu import Hardware, host_without_gpus
-from perfgate.load import ClientLimits, LoadRun, Progress, check_dataset, dataset_identity, run_workload
-from perfgate.metrics import SLO_METRICS, ServingMetrics, compute_metrics
-from perfgate.profile import Profile, Sweep, Workload
-from perfgate.server import RunningServer, ServerConfig, server_config, start_server
+from perfgate.baseline import Baseline, BaselineStore, Fingerprint
+from perfgate.correctness import CorrectnessResult, check_records, off_reason, probe_spec
+from perfgate.correctness import gate as correctness_gate
+from perfgate.errors import BaselineError, PerfgateError
+from perfgate.gpu import Hardware
+from perfgate.load import Progress, check_dataset, dataset_identity
+from perfgate.profile import Profile, Sweep, Workload, validate
+from perfgate.server import RunningServer, ServerConfig
+from perfgate.session._explain import explain_workload
+from perfgate.session._options import SessionOptions
+from perfgate.session._policy import GatePolicy
 from perfgate.session._record import record_baseline
 from perfgate.session._result import RepeatResult, SweepResult, WorkloadResult
-from perfgate.session._summary import RunSummary, ServerSummary
+from perfgate.session._stack import ServerStack
+from perfgate.session._summary import RunSummary
 from perfgate.session._sweep import SweepRun
-from perfgate.telemetry import (
-    SERVER_METRICS,
-    GpuIdentity,
-    Monitor,
-    NotMeasured,
-    ServerMonitor,
-    open_monitor,
-    open_server_monitor,
-)
-from perfgate.verdict import CAPACITY, MetricRule, MetricVerdict, WorkloadVerdict, capacity_rule, judge, rules_for
+from perfgate.telemetry import SERVER_METRICS, GpuIdentity
+from perfgate.verdict import MetricRule, MetricVerdict, WorkloadVerdict, capacity_rule, judge, rules_for
 
 RepeatRunner = Callable[[Callable[[], None], int], None]
 
@@ -42,70 +36,9 @@ def _call_n_times(fn: Callable[[], None], n: int) -> None:
         fn()
 
 
-@dataclass(frozen=True)
-class SessionOptions:
-    baselines_dir: Path
-    log_dir: Path
-    base_url: str = ""
-    update_baselines: bool = False
-    accept_regression: str | None = None
-    repeats: int | None = None
-    lock_wait_s: float = 0.0
-    # perfgate ab: the session runs the repeats and nothing else (no baseline read or written,
-    # nothing judged, no reruns); the A/B judges pairs of sessions itself.
-    measure_only: bool = False
-
-
-def _scraping_at_warmup_end(
-    scraper: ServerMonitor | None, on_progress: Callable[[Progress], None] | None
-) -> Callable[[Progress], None] | None:
-    """``on_progress``, also scraping the server's counters when the warmup's last request is done:
-    that reading holds the warmup and nothing of the measured phase."""
-    if scraper is None:
-        return on_progress
-
-    def progress(p: Progress) -> None:
-        if p.warmup and p.done == p.total:
-            scraper.scrape_now()
-        if on_progress is not None:
-            on_progress(p)
-
-    return progress
-
-
-def _check_gate_applies(profile: Profile) -> None:
-    """ValueError for a [gate] rule on a metric no workload of the profile can measure: it would
-    gate nothing, and say nothing about it."""
-    gate = profile.gate
-    in_gate = {*gate.tolerance, *gate.floors, *gate.ceilings}
-    if CAPACITY in in_gate and not profile.sweeps:
-        raise ValueError(
-            "[gate] sets capacity, which only sweeps measure (concurrency = [...] or request_rate = "
-            "[...]); this profile has none"
-        )
-    slo_metrics = sorted(in_gate & SLO_METRICS)
-    if slo_metrics and not any(w.slo is not None for w in profile.workloads):
-        raise ValueError(
-            f"[gate] sets {', '.join(slo_metrics)}, which only workloads with an slo measure; "
-            "add slo = { ... } to a workload"
-        )
-
-
-# How long a repeat whose connections broke waits to see whether the server is exiting.
-_EXIT_GRACE_S = 2.0
-# Request errors that a server's exit causes (an HTTP error means it was alive to answer).
-_CONNECTION_LOST = ("connection error", "truncated stream")
-
-
-def _failed_summary(load: LoadRun) -> str:
-    failed = [r.error for r in load.records if r.error]
-    if not failed:
-        return "no request had failed yet"
-    return f"{len(failed)} of {len(load.records)} requests failed; first: {failed[0]}"
-
-
 class Session:
-    """One gate run over a profile.
+    """One gate run over a profile: its :class:`ServerStack` (server, monitors, fingerprint) and
+    its :class:`GatePolicy` (judge, decide, validity, record), and the results of each workload.
 
     Everything that can be checked without the server is checked in the constructor (metric
     names, every baseline file of the profile, a writable store when recording), so a bad
@@ -120,35 +53,20 @@ class Session:
         self.profile = profile
         self.options = options
         self.store = BaselineStore(options.baselines_dir)
-        self._stack = ExitStack()
-        self._server: RunningServer | None = None
-        self._server_error: PerfgateError | None = None
-        self._config: ServerConfig | None = None
-        self._monitor: Monitor | None = None
-        self.telemetry_note = ""
-        self._server_monitor: ServerMonitor | None = None
-        self.server_metrics_note = ""
         self.results: dict[str, WorkloadResult] = {}
         self.failures: dict[str, PerfgateError] = {}
         self.sweep_results: dict[str, SweepResult] = {}
-        # Rules are validated up front so a misspelt metric stops the run before anything boots.
-        self._rules: dict[str, list[MetricRule]] = {}
-        try:
-            for w in profile.workloads:
-                self._rules[w.name] = rules_for(profile.gate, w, in_sweep=profile.sweep_of(w) is not None)
-            self._sweep_rules = {sw.name: capacity_rule(profile.gate, sw.base) for sw in profile.sweeps}
-            _check_gate_applies(profile)
-        except ValueError as e:
-            raise ProfileError(f"profile {profile.path}: {e}") from None
+        # Validated up front so a misspelt metric stops the run before anything boots.
+        validate(profile)
+        self._rules: dict[str, list[MetricRule]] = {
+            w.name: rules_for(profile.gate, w, in_sweep=profile.sweep_of(w) is not None) for w in profile.workloads
+        }
+        self._sweep_rules = {sw.name: capacity_rule(profile.gate, sw.base) for sw in profile.sweeps}
         self._gated_server_metrics = sorted(
             {r.metric for rules in self._rules.values() for r in rules} & SERVER_METRICS
         )
-        if self._gated_server_metrics and not profile.telemetry.server_metrics_path:
-            raise ProfileError(
-                f'profile {profile.path}: [telemetry] server_metrics_path is "" but '
-                f"{', '.join(self._gated_server_metrics)} "
-                'is gated: the server\'s metrics are needed; set server_metrics_path = "/metrics"'
-            )
+        self.stack = ServerStack(profile, options, self._gated_server_metrics)
+        self.policy = GatePolicy(profile, options, self.store, self._rules, self._gated_server_metrics, self.stack)
         # A ShareGPT file that cannot give the prompts is found before a multi-minute boot.
         for w in profile.workloads:
             check_dataset(w)
@@ -157,89 +75,70 @@ class Session:
             if options.measure_only
             else self.store.check(profile.name, for_update=options.update_baselines, gated=self.gated_metrics())
         )
+        # The correctness probe's result once the server is up (None: not booted yet).
+        self.correctness: CorrectnessResult | None = None
+        self._probed = False
+        if not options.measure_only:
+            check_records(self.store, profile.name)
 
     def gated_metrics(self) -> dict[str, list[str]]:
         """Workload and sweep name -> the metrics its baseline is judged on."""
         gated = {name: [r.metric for r in rules] for name, rules in self._rules.items()}
         return gated | {name: [rule.metric] for name, rule in self._sweep_rules.items()}
 
+    @property
+    def telemetry_note(self) -> str:
+        """Why power is not measured ("" when it is)."""
+        return self.stack.telemetry_note
+
+    @property
+    def server_metrics_note(self) -> str:
+        """Why the server's /metrics is not read ("" when it is)."""
+        return self.stack.server_metrics_note
+
     # -- server and telemetry -------------------------------------------------------------
     def server(self) -> RunningServer:
         """The server, booted on first use; a boot that failed is not retried (its error is raised again)."""
-        if self._server_error is not None:
-            raise self._server_error
-        if self._server is None:
-            try:
-                self._server = start_server(
-                    self.profile.server,
-                    log_dir=self.options.log_dir,
-                    stack=self._stack,
-                    base_url=self.options.base_url,
-                    lock_wait_s=self.options.lock_wait_s,
-                )
-                self._open_telemetry(self._server)
-            except PerfgateError as e:
-                self._server_error = e
-                raise
-        return self._server
+        server = self.stack.server()
+        if not self._probed and not self.options.measure_only:
+            self._probed = True
+            # After boot, before any workload: what the workloads measure is only worth gating
+            # if the server still computes the same model.
+            self.correctness = self._probe(server)
+        return server
 
-    def _check_server(self, server: RunningServer, doing: str, failures: bool = False) -> None:
-        """Raise (and remember) a ServerError when the launched server has died (``failures``: requests
-        failed, so an exit may be under way: give it a moment to be seen)."""
-        died = server.died(doing, _EXIT_GRACE_S if failures else 0.0)
-        if died is not None:
-            self._server_error = died
-            raise died
-
-    def _open_telemetry(self, server: RunningServer) -> None:
-        self._open_server_metrics(server)
-        spec = self.profile.telemetry
-        monitor = open_monitor(spec, gpus=server.telemetry_gpus, base_url=server.base_url)
-        if isinstance(monitor, NotMeasured):
-            self.telemetry_note = monitor.reason
-            if spec.require_power:
-                raise TelemetryError(
-                    f"profile {self.profile.path}: [telemetry] require_power = true but power cannot be measured: "
-                    f"{monitor.reason}"
-                )
-            return
-        monitor.start()
-        self._stack.callback(monitor.stop)
-        self._monitor = monitor
-
-    def _open_server_metrics(self, server: RunningServer) -> None:
-        spec = self.profile.telemetry
-        if not spec.server_metrics_path:
-            self.server_metrics_note = 'not read ([telemetry] server_metrics_path = "")'
-            return
-        try:
-            monitor = open_server_monitor(
-                server.base_url, spec.server_metrics_path, interval_s=spec.server_metrics_interval_s
-            )
-        except TelemetryError as e:
-            if self._gated_server_metrics:
-                raise TelemetryError(
-                    f"profile {self.profile.path}: {', '.join(self._gated_server_metrics)} is gated but {e}"
-                ) from None
-            self.server_metrics_note = str(e)
-            return
-        self._stack.callback(monitor.stop)
-        self._server_monitor = monitor
+    def _probe(self, server: RunningServer) -> CorrectnessResult:
+        spec = probe_spec(self.profile)
+        if spec is None:
+            return CorrectnessResult(None, note=off_reason(self.profile))
+        result = correctness_gate(
+            spec,
+            base_url=server.base_url,
+            model=server.model,
+            api_key_env=self.profile.server.api_key_env,
+            store=self.store,
+            profile=self.profile.name,
+            fingerprint=lambda: self.fingerprint(spec.identity()),
+            update=self.options.update_baselines,
+            accept_reason=self.options.accept_regression,
+            server_provenance=server.provenance,
+            repo_dir=self.profile.path.parent,
+        )
+        # A probe request that broke says little; the server's exit and its last error say why.
+        if result.error:
+            result.error = server.with_exit(result.error, "during the correctness probe")
+        return result
 
     def summary(self, teardown_notes: tuple[str, ...] = ()) -> RunSummary:
         """The run so far as plain data for reports."""
-        server = None
-        if self._server is not None:
-            s = self._server
-            server = ServerSummary(s.kind, s.model, s.base_url, s.versions.get("server", ""), s.boot_s, s.provenance())
         return RunSummary(
             profile_name=self.profile.name,
             profile_path=str(self.profile.path),
-            server=server,
+            server=self.stack.server_summary(),
             gpus=tuple(self.gpus()),
-            power_source=self._monitor.source if self._monitor is not None else "",
+            power_source=self.stack.power_source,
             telemetry_note=self.telemetry_note,
-            server_metrics_url=self._server_monitor.url if self._server_monitor is not None else "",
+            server_metrics_url=self.stack.server_metrics_url,
             server_metrics_note=self.server_metrics_note,
             workloads=tuple(self.results.values()),
             sweeps=tuple(self.sweep_results.values()),
@@ -248,18 +147,18 @@ class Session:
             error_rates={w.name: w.max_error_rate for w in self.profile.workloads},
             store_notes=tuple(self.store_notes),
             teardown_notes=teardown_notes,
+            correctness=self.correctness,
         )
 
     def gpus(self) -> list[GpuIdentity]:
-        return self._monitor.gpus() if self._monitor is not None else []
+        return self.stack.gpus()
 
     def close(self) -> list[str]:
-        self._stack.close()
-        return self._server.notes if self._server else []
+        return self.stack.close()
 
     # -- workloads ------------------------------------------------------------------------
     def repeats_for(self, workload: Workload) -> int:
-        return self.options.repeats or self.profile.repeats_for(workload)
+        return self.policy.repeats_for(workload)
 
     def run_sweep(self, sweep: Sweep, on_progress: Callable[[Progress], None] | None = None) -> SweepResult:
         """Run (once per session) every load of ``sweep`` and judge its capacity; later calls return
@@ -267,7 +166,14 @@ class Session:
         if sweep.name in self.failures:
             raise self.failures[sweep.name]
         if sweep.name not in self.sweep_results:
-            run = SweepRun(self, sweep, self._sweep_rules[sweep.name], on_progress)
+            run = SweepRun(
+                sweep,
+                self._sweep_rules[sweep.name],
+                on_progress,
+                stack=self.stack,
+                policy=self.policy,
+                run_point=self.run,
+            )
             try:
                 run.run()
             except PerfgateError as e:
@@ -291,7 +197,10 @@ class Session:
         PerfgateError the repeats completed so far stay in ``results`` with the error.
         """
         return self._once(
-            workload, lambda repeats: self._run(workload, repeats, on_progress, repeat_runner or _call_n_times)
+            workload,
+            lambda repeats: self._explained(
+                workload, self._run(workload, repeats, on_progress, repeat_runner or _call_n_times)
+            ),
         )
 
     def measure(self, workload: Workload, on_progress: Callable[[Progress], None] | None = None) -> WorkloadResult:
@@ -300,14 +209,24 @@ class Session:
 
         def measure_only(repeats: list[RepeatResult]) -> WorkloadResult:
             _, fingerprint = self._measure(workload, repeats, on_progress, _call_n_times)
-            return WorkloadResult(
-                workload=workload.name,
-                repeats=repeats,
-                invalid_reasons=self.invalid_reasons(workload, repeats),
-                fingerprint=fingerprint,
+            return self._explained(
+                workload,
+                WorkloadResult(
+                    workload=workload.name,
+                    repeats=repeats,
+                    invalid_reasons=self.invalid_reasons(workload, repeats),
+                    fingerprint=fingerprint,
+                ),
             )
 
         return self._once(workload, measure_only)
+
+    def _explained(self, workload: Workload, result: WorkloadResult) -> WorkloadResult:
+        """``result`` with its explain slice, when [explain] or --perf-explain asks for one."""
+        # perfgate ab decides itself which of its sessions profile (round 1 only).
+        if self.options.explain or (self.profile.explain.enabled and not self.options.measure_only):
+            result.explain = explain_workload(self, workload, result)
+        return result
 
     def _once(self, workload: Workload, body: Callable[[list[RepeatResult]], WorkloadResult]) -> WorkloadResult:
         if workload.name in self.failures:
@@ -404,10 +323,7 @@ class Session:
 
     def baseline_for(self, name: str, fingerprint: Fingerprint) -> tuple[Baseline | None, str]:
         """The stored baseline of ``name`` for ``fingerprint``, or None and a note on the others that exist."""
-        baseline = self.store.load(self.profile.name, name, fingerprint)
-        if baseline is not None:
-            return baseline, ""
-        return None, others_note(fingerprint, self.store.others(self.profile.name, name, fingerprint))
+        return self.policy.baseline_for(name, fingerprint)
 
     def judge(
         self,
@@ -418,17 +334,7 @@ class Session:
         note: str,
     ) -> WorkloadVerdict[MetricVerdict]:
         """``current`` repeats against ``baseline`` under the profile's [gate] policy."""
-        gate = self.profile.gate
-        return judge(
-            name,
-            rules,
-            current,
-            baseline.repeats if baseline else None,
-            alpha=gate.alpha,
-            require_baseline=gate.require_baseline and not self.options.update_baselines,
-            no_baseline_note=note,
-            inconclusive=gate.inconclusive,
-        )
+        return self.policy.judge(name, rules, current, baseline, note)
 
     def decide(
         self,
@@ -437,204 +343,37 @@ class Session:
         n: int,
         max_repeats: int,
     ) -> WorkloadVerdict[MetricVerdict]:
-        """The verdict after the [gate] policy's extra repeats (``more()`` runs one): a failure is
-        confirmed on twice the evidence with ``confirm_on_fail``, and a verdict past its limit but
-        not yet told from noise gets repeats up to ``max_repeats``. None when recording."""
-        verdict = verdict_now()
-        if self.options.update_baselines:
-            return verdict
-        gate = self.profile.gate
-        if gate.confirm_on_fail and verdict.failures and not verdict.inconclusive:
-            # The same number of repeats again, judged together with the first ones.
-            for _ in range(n):
-                more()
-            verdict = verdict_now()
-        done = n * (2 if gate.confirm_on_fail and verdict.failures else 1)
-        while verdict.inconclusive and done < max_repeats:
-            more()
-            done += 1
-            verdict = verdict_now()
-        return verdict
+        """The verdict after the [gate] policy's extra repeats (see :meth:`GatePolicy.decide`)."""
+        return self.policy.decide(verdict_now, more, n, max_repeats)
 
     def repeat_fn(
         self, workload: Workload, repeats: list[RepeatResult], on_progress: Callable[[Progress], None] | None
     ) -> Callable[[], None]:
         """A function that runs one more measured repeat of ``workload`` and appends it to ``repeats``
         (the server is booted first if need be; a server that died raises ServerError)."""
-        server = self.server()
-        self._check_server(server, f"before workload {workload.name}")
-
-        def one_repeat() -> None:
-            doing = f"during workload {workload.name} (repeat {len(repeats) + 1})"
-            if self._monitor is not None:
-                # Energy-counter reads bracket the run, so its windows' energy is exact at the edges.
-                self._monitor.mark()
-            scraper = self._server_monitor
-            if scraper is not None:
-                scraper.scrape_now()
-            try:
-                load = run_workload(
-                    server.base_url,
-                    workload,
-                    model=server.model,
-                    api_key_env=self.profile.server.api_key_env,
-                    admin_api_key_env=self.profile.server.admin_api_key_env,
-                    limits=ClientLimits(
-                        self.profile.gate.client_max_lag_p99_ms, self.profile.gate.client_max_cpu_share
-                    ),
-                    on_progress=_scraping_at_warmup_end(scraper, on_progress),
-                    repeat=len(repeats),
-                    keep_alive=self.profile.server.keep_alive,
-                )
-            except LoadError as e:
-                # Requests to a dead server fail as connection errors: say that the server died, and how.
-                self._check_server(server, f"{doing}: {e}", failures=True)
-                raise
-            if self._monitor is not None:
-                self._monitor.mark()
-            lost = any(r.error.startswith(_CONNECTION_LOST) for r in load.records)
-            self._check_server(server, f"{doing}: {_failed_summary(load)}", failures=lost)
-            metrics = compute_metrics(
-                load, target_concurrency=min(workload.concurrency, workload.num_prompts), slo=workload.slo
-            )
-            repeats.append(self._with_telemetry(load, metrics))
-
-        return one_repeat
-
-    def _with_telemetry(self, load: LoadRun, metrics: ServingMetrics) -> RepeatResult:
-        """Line telemetry and the server's gauges up with the steady window, or the whole measured
-        phase when there is none; the server's counters cover the whole measured phase."""
-        steady = metrics.steady
-        t0, t1 = (steady.start_s, steady.end_s) if steady is not None else (load.start_s, load.end_s)
-        server, server_note = None, self.server_metrics_note
-        if self._server_monitor is not None:
-            self._server_monitor.scrape_now()
-            try:
-                server = self._server_monitor.summarize(load.start_s, load.end_s, t0, t1)
-            except TelemetryError as e:
-                server_note = str(e)
-        if self._monitor is None:
-            return RepeatResult(
-                load, metrics, None, self.telemetry_note or "telemetry disabled", server=server, server_note=server_note
-            )
-        return RepeatResult(
-            load,
-            metrics,
-            self._monitor.summarize(t0, t1),
-            "steady window" if steady is not None else "whole measured phase",
-            self._monitor.timeline(load.start_s, load.end_s),
-            server=server,
-            server_note=server_note,
-        )
+        return self.stack.repeat_fn(workload, repeats, on_progress)
 
     def invalid_reasons(
         self, workload: Workload, repeats: list[RepeatResult], *, count_failures: bool = True
     ) -> list[str]:
-        """Why these repeats of ``workload`` do not describe the server under this load alone;
-        ``count_failures`` = False leaves failed requests out (a sweep counts them beyond the SLO)."""
-        reasons = []
-        for i, r in enumerate(repeats, start=1):
-            total = len(r.load.records)
-            failed = r.metrics.failed
-            if count_failures and r.metrics.completed == 0:
-                # Whatever max_error_rate allows: zeros measured nothing, and a baseline of them
-                # would let every later run pass.
-                first = next((rec.error for rec in r.load.records if rec.error), "")
-                reasons.append(
-                    f"repeat {i}: no request completed ({failed} of {total} failed"
-                    + (f"; first: {first}" if first else "")
-                    + "): nothing was measured"
-                )
-            elif count_failures and total and failed / total > workload.max_error_rate:
-                kinds = ", ".join(f"{n} {k}" for k, n in sorted(r.metrics.errors.items()))
-                first = next(rec.error for rec in r.load.records if rec.error)
-                reasons.append(
-                    f"repeat {i}: {failed} of {total} requests failed ({kinds}); first: {first}"
-                    + (f" (allowed error rate {workload.max_error_rate:.1%})" if workload.max_error_rate else "")
-                )
-            steady = r.metrics.steady
-            if steady is not None and steady.output_tokens == 0:
-                reasons.append(
-                    f"repeat {i}: its {steady.length_s:.1f} s steady window holds no output token: the steady "
-                    "figures measured nothing (raise num_prompts or lower concurrency so that tokens arrive "
-                    "while the load holds)"
-                )
-            client = r.load.client
-            if not client.valid:
-                reasons.append(
-                    f"repeat {i}: the load client, not the server, set the pace ({client.reason}): {client.advice}"
-                )
-            gap = r.output_token_gap()
-            bound = self.profile.gate.server_max_disagreement
-            if gap is not None and abs(gap) > bound:
-                reasons.append(
-                    f"repeat {i}: the server's /metrics counted {gap:+.1%} output tokens against the client's "
-                    f"(more than [gate] server_max_disagreement {bound:.0%}): another load shared the server during "
-                    "the run, or the client or the server miscounts tokens; the numbers do not describe this "
-                    "workload alone"
-                )
-            values = r.flat_metrics()
-            # A NaN (e.g. a gauge the server reports as NaN) is not a measurement either.
-            missing = [
-                m
-                for m in self._gated_server_metrics
-                if m in self._rule_names(workload) and not math.isfinite(values.get(m, math.nan))
-            ]
-            if missing:
-                why = r.server_note or "the server's /metrics does not report it"
-                reasons.append(f"repeat {i}: gated {', '.join(missing)} not measured ({why})")
-        return reasons
-
-    def _rule_names(self, workload: Workload) -> set[str]:
-        return {rule.metric for rule in self._rules.get(workload.name, ())}
+        """Why these repeats of ``workload`` do not describe the server under this load alone
+        (see :meth:`GatePolicy.invalid_reasons`)."""
+        return self.policy.invalid_reasons(workload, repeats, count_failures=count_failures)
 
     def hardware(self) -> Hardware:
-        """The hardware of this run: from telemetry, else what the server reports about itself
-        (the simulator's GPUs), else the profile's GPUs unread, else the host's processor."""
-        gpus = self.gpus()
-        if gpus:
-            return Hardware(gpus[0].name, len(gpus), gpus[0].power_limit_w, gpus[0].driver_version)
-        reported = self._server.hardware() if self._server is not None else None
-        if reported is not None:
-            return reported
-        if self.profile.server.gpus:
-            return Hardware("unknown", len(self.profile.server.gpus), None, "")
-        return host_without_gpus()
+        """The hardware of this run (see :meth:`ServerStack.hardware`)."""
+        return self.stack.hardware()
 
     def server_config(self) -> ServerConfig:
         """The server's engine and flags as fingerprints see them (read once: it may run ``--help``)."""
-        if self._config is None:
-            self._config = server_config(self.profile.server)
-        return self._config
+        return self.stack.server_config()
 
     def fingerprint(self, spec: Mapping[str, object]) -> Fingerprint:
         """The fingerprint of what ``spec`` measures (a workload's or a sweep's) on this server and hardware."""
-        server = self.server()
-        config = self.server_config()
-        return fingerprint_for(
-            # --perf-base-url attaches to a server started as the profile describes: same fingerprint.
-            engine=config.engine,
-            model=self.profile.server.model_path or server.model,
-            server_args=config.args,
-            flag_aliases=config.flag_aliases,
-            workload=spec,
-            **asdict(self.hardware()),
-        )
+        return self.stack.fingerprint(spec)
 
     def save_baseline(
         self, name: str, fingerprint: Fingerprint, repeats: list[dict[str, float]], rules: Sequence[MetricRule]
     ) -> tuple[Path, str]:
-        """Store ``repeats`` (numbers that are not a workload's repeats: a sweep's capacity per
-        repeat) as the baseline of ``name``; returns its path and the store's note. BaselineError
-        when the store refuses (e.g. worse without --perf-accept-regression)."""
-        path = record_baseline(
-            self.store,
-            self.profile,
-            name,
-            fingerprint,
-            repeats,
-            server_provenance=self.server().provenance(),
-            rules=rules,
-            reason=self.options.accept_regression,
-        )
-        return path, "; ".join(["recorded", *self.store.take_notes()])
+        """Store ``repeats`` as the baseline of ``name`` (see :meth:`GatePolicy.save_baseline`)."""
+        return self.policy.save_baseline(name, fingerprint, repeats, rules)

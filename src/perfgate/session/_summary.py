@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from perfgate.correctness import CorrectnessResult
 from perfgate.session._result import SweepResult, WorkloadResult
 from perfgate.telemetry import GpuIdentity
 from perfgate.verdict import MetricRule
@@ -52,10 +53,15 @@ class RunSummary:
     server_metrics_url: str = ""
     server_metrics_note: str = ""
     sweeps: tuple[SweepResult, ...] = ()
+    correctness: CorrectnessResult | None = None
+    """The correctness probe (None: the server never booted)."""
 
     @property
     def failures(self) -> dict[str, str]:
         """workload or sweep -> why it stopped, for every one that did not finish."""
-        return {w.workload: w.error for w in self.workloads if w.error} | {
-            s.sweep: s.error for s in self.sweeps if s.error
-        }
+        probe = {"correctness": self.correctness.error} if self.correctness and self.correctness.error else {}
+        return (
+            {w.workload: w.error for w in self.workloads if w.error}
+            | {s.sweep: s.error for s in self.sweeps if s.error}
+            | probe
+        )

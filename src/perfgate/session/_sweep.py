@@ -11,16 +11,14 @@ first beyond it (decided on medians over repeats), halving the gap each time.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
 
 from perfgate.load import Progress, dataset_identity
 from perfgate.metrics import bisect_between, capacity, within_slo
 from perfgate.profile import Slo, Sweep, Workload
-from perfgate.session._result import RepeatResult, SweepPoint, SweepResult
+from perfgate.session._policy import GatePolicy
+from perfgate.session._result import RepeatResult, SweepPoint, SweepResult, WorkloadResult
+from perfgate.session._stack import ServerStack
 from perfgate.verdict import MetricRule, MetricVerdict, WorkloadVerdict, judge
-
-if TYPE_CHECKING:
-    from perfgate.session._session import Session
 
 ProgressFn = Callable[[Progress], None] | None
 
@@ -35,27 +33,40 @@ def _meets(values: Mapping[str, float], slo: Slo, workload: Workload) -> bool:
 
 
 class SweepRun:
-    """One sweep inside a session."""
+    """One sweep inside a session: its points run through ``run_point`` (the session's cached,
+    gated run of a point workload), its bisected loads and extra repeats on ``stack``, its
+    capacity judged and recorded by ``policy``."""
 
-    def __init__(self, session: Session, sweep: Sweep, rule: MetricRule, on_progress: ProgressFn) -> None:
-        self.s = session
+    def __init__(
+        self,
+        sweep: Sweep,
+        rule: MetricRule,
+        on_progress: ProgressFn,
+        *,
+        stack: ServerStack,
+        policy: GatePolicy,
+        run_point: Callable[[Workload, ProgressFn], WorkloadResult],
+    ) -> None:
+        self.stack = stack
+        self.policy = policy
+        self.run_point = run_point
         self.sweep = sweep
         self.rule = rule
         self.on_progress = on_progress
-        self.n = session.repeats_for(sweep.base)
+        self.n = policy.repeats_for(sweep.base)
         self._bisected: list[str] = []
         assert sweep.base.slo is not None, "the profile loader refuses a sweep without an SLO"
         self.slo: Slo = sweep.base.slo
         self.result = SweepResult(sweep.name, sweep.axis, sweep.base.capacity_percentile, self.slo.targets(), points=[])
 
     def run(self) -> SweepResult:
-        s, sweep, result = self.s, self.sweep, self.result
+        s, sweep, result = self.policy, self.sweep, self.result
         for name, load in zip(sweep.points, sweep.loads, strict=True):
-            point = s.run(s.profile.workload(name), on_progress=self.on_progress)
+            point = self.run_point(s.profile.workload(name), self.on_progress)
             result.points.append(SweepPoint(load, name, False, list(point.repeats), dict(point.previous_values)))
         self._bisect()
         self._update()
-        fingerprint = s.fingerprint({**sweep.spec(), **dataset_identity(sweep.base)})
+        fingerprint = self.stack.fingerprint({**sweep.spec(), **dataset_identity(sweep.base)})
         baseline, note = s.baseline_for(sweep.name, fingerprint)
         result.fingerprint, result.baseline_note = fingerprint, note
         if baseline is not None:
@@ -74,7 +85,7 @@ class SweepRun:
     def _run_point(self, load: float, count: int) -> SweepPoint:
         workload = self.sweep.point(load)
         repeats: list[RepeatResult] = []
-        one = self.s.repeat_fn(workload, repeats, self.on_progress)
+        one = self.stack.repeat_fn(workload, repeats, self.on_progress)
         for _ in range(count):
             one()
         return SweepPoint(load, workload.name, True, repeats)
@@ -108,7 +119,7 @@ class SweepRun:
         result.invalid_reasons = [
             f"{p.workload}: {reason}"
             for p in result.points
-            for reason in self.s.invalid_reasons(sweep.point(p.load), p.repeats, count_failures=False)
+            for reason in self.policy.invalid_reasons(sweep.point(p.load), p.repeats, count_failures=False)
         ]
         notes = list(self._bisected)
         if result.capacities and all(c == loads[-1] for c in result.capacities):
@@ -120,7 +131,7 @@ class SweepRun:
     def _one_more(self) -> None:
         """One more repeat of every load, for the capacity's noise test."""
         for p in self.result.points:
-            self.s.repeat_fn(self.sweep.point(p.load), p.repeats, self.on_progress)()
+            self.stack.repeat_fn(self.sweep.point(p.load), p.repeats, self.on_progress)()
         self._update()
 
     def _record(self) -> None:
@@ -129,7 +140,7 @@ class SweepRun:
             result.baseline_note = "not recorded: " + "; ".join(result.invalid_reasons)
             return
         assert result.fingerprint is not None
-        path, result.baseline_note = self.s.save_baseline(
+        path, result.baseline_note = self.policy.save_baseline(
             self.sweep.name, result.fingerprint, result.capacity_repeats(), [self.rule]
         )
         result.recorded, result.baseline_path = True, str(path)
@@ -138,5 +149,5 @@ class SweepRun:
             [self.rule],
             result.capacity_repeats(),
             result.capacity_repeats(),
-            alpha=self.s.profile.gate.alpha,
+            alpha=self.policy.profile.gate.alpha,
         )

@@ -7,5 +7,16 @@ per-request timings). :func:`simulate` runs the same engine without HTTP.
 """
 
 from perfgate.sim._engine import Engine, SimConfig, SimRun, Step, simulate
+from perfgate.sim._options import LAUNCHER_SETS, conflicts, option_text, sim_options
 
-__all__ = ["Engine", "SimConfig", "SimRun", "Step", "simulate"]
+__all__ = [
+    "LAUNCHER_SETS",
+    "Engine",
+    "SimConfig",
+    "SimRun",
+    "Step",
+    "conflicts",
+    "option_text",
+    "sim_options",
+    "simulate",
+]

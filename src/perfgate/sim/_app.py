@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import re
 import sys
 import time
+import traceback
 import zlib
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -21,12 +25,14 @@ from perfgate.sim._server import (
     ChatReq,
     CompletionReq,
     GenerateReq,
+    LogprobAsk,
     Req,
     SimServer,
     log,
     plan_faults,
 )
 
+PROFILE_ID = re.compile(r"[A-Za-z0-9._-]{1,100}")
 _SERVER: web.AppKey[SimServer] = web.AppKey("sim", SimServer)
 
 
@@ -180,6 +186,39 @@ async def flush_cache(request: web.Request) -> web.Response:
     return web.Response(status=400, text="Flush cache failed: there are running or waiting requests.\n")
 
 
+async def start_profile(request: web.Request) -> web.Response:
+    """SGLang's /start_profile: with ``num_steps`` it answers once those steps ran and the trace is written."""
+    srv = _srv(request)
+    try:
+        body = await _read_json(request) if request.can_read_body else {}
+        num_steps = _int_field(body, "num_steps", None, 1)
+        output_dir = body.get("output_dir") or os.environ.get("SGLANG_TORCH_PROFILER_DIR", "/tmp")
+        if not isinstance(output_dir, str) or not os.path.isabs(output_dir):
+            raise _BadRequest(f"output_dir must be an absolute path, got {output_dir!r}")
+        profile_id = body.get("profile_id") or f"{time.time():.6f}"
+        if not isinstance(profile_id, str) or not PROFILE_ID.fullmatch(profile_id):
+            raise _BadRequest(f"profile_id must be letters, digits, '.', '_' or '-', got {profile_id!r}")
+    except _BadRequest as err:
+        return _error_400(str(err), openai=False)
+    if srv.profiler is not None:
+        return web.Response(status=500, text="Profiling is already in progress. Call /stop_profile first.\n")
+    done = srv.start_profile(Path(output_dir), num_steps, profile_id)
+    if num_steps is not None:
+        try:
+            await asyncio.shield(done)
+        except OSError as err:
+            return web.Response(status=500, text=f"The trace could not be written: {err}\n")
+    return web.Response(text="Start profiling.\n")
+
+
+async def stop_profile(request: web.Request) -> web.Response:
+    srv = _srv(request)
+    if srv.profiler is None:
+        return web.Response(status=500, text="Profiling is not in progress. Call /start_profile first.\n")
+    srv.finish_profile()
+    return web.Response(text="Stop profiling. This will take some time.\n")
+
+
 async def metrics(request: web.Request) -> web.Response:
     srv = _srv(request)
     body = render_metrics(srv.metrics, srv.gauges)
@@ -304,6 +343,27 @@ def _parse_chat(body: dict[str, Any], vocab: int) -> tuple[list[int], int, bool]
     return ids, max_tokens or 128, _bool_field(body, "stream")
 
 
+def _logprob_ask(body: dict[str, Any], kind: type[Req], prompt: list[int]) -> LogprobAsk | None:
+    """What a request asks of the model's logprobs (None: nothing, the load's requests): SGLang's
+    ``return_logprob``, ``top_logprobs_num`` and ``logprob_start_len``; OpenAI's ``logprobs``
+    (a count for completions, true with ``top_logprobs`` for chat) and ``echo``."""
+    if kind is GenerateReq:
+        if not _bool_field(body, "return_logprob"):
+            return None
+        top = _int_field(body, "top_logprobs_num", 0, 0) or 0
+        start = _int_field(body, "logprob_start_len", -1, -1)
+        # SGLang: -1 scores no prompt token (only the output).
+        return LogprobAsk(top, len(prompt) if start is None or start < 0 else min(start, len(prompt)))
+    if kind is ChatReq:
+        if not _bool_field(body, "logprobs"):
+            return None
+        return LogprobAsk(_int_field(body, "top_logprobs", 0, 0) or 0, len(prompt))
+    count = _int_field(body, "logprobs", None, 0)
+    if count is None:
+        return None
+    return LogprobAsk(count, 0 if _bool_field(body, "echo") else len(prompt), echo=_bool_field(body, "echo"))
+
+
 def _usage_options(body: dict[str, Any]) -> tuple[bool, bool]:
     """(include_usage, continuous_usage_stats) as SGLang reads stream_options."""
     options = body.get("stream_options")
@@ -339,10 +399,21 @@ async def _generation(request: web.Request, kind: type[Req]) -> web.StreamRespon
         body = await _read_json(request)
         parse = {GenerateReq: _parse_generate, CompletionReq: _parse_completion, ChatReq: _parse_chat}[kind]
         prompt_ids, out_len, stream = parse(body, opts.vocab_size)
+        ask = _logprob_ask(body, kind, prompt_ids)
+        if ask is not None and stream:
+            raise _BadRequest("perfgate.sim returns logprobs only without stream; send stream = false.")
     except _BadRequest as err:
         if kind is GenerateReq:
             return _json({"error": str(err)}, status=400)
         return _error_400(str(err), openai=True)
+    if opts.crash_on_prompt_logprobs and ask is not None and ask.start < len(prompt_ids):
+        # A traceback in the log, then the exit, as SGLang's scheduler ends on a CPU host.
+        try:
+            raise RuntimeError("perfgate.sim cannot score prompt tokens (--crash-on-prompt-logprobs)")
+        except RuntimeError:
+            log(traceback.format_exc().rstrip())
+        sys.stderr.flush()
+        os._exit(1)
     requested_model = body.get("model")
     model = requested_model if isinstance(requested_model, str) else opts.served_model_name
     prompt_tokens = len(prompt_ids)
@@ -362,6 +433,8 @@ async def _generation(request: web.Request, kind: type[Req]) -> web.StreamRespon
     except ValueError as err:
         return _error_400(str(err), openai=openai)
     req.transport = request.transport
+    if ask is not None:
+        req.expect(ask, prompt_ids)
     if not stream:
         srv.submit(req, prompt_ids)
         outcome = await req.done
@@ -435,6 +508,8 @@ def build_app(srv: SimServer) -> web.Application:
     app.router.add_post("/tokenize", tokenize)
     app.router.add_route("*", "/flush_cache", flush_cache)
     app.router.add_get("/metrics", metrics)
+    app.router.add_route("*", "/start_profile", start_profile)
+    app.router.add_route("*", "/stop_profile", stop_profile)
     app.router.add_get("/dcgm/metrics", dcgm_metrics)
     app.router.add_get("/sim/truth", truth)
     return app

@@ -12,10 +12,11 @@ import argparse
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from functools import cache
 
 from perfgate.sim._engine import SimConfig
+from perfgate.sim._kernels import SlowKernel, slow_kernel_from_env
 
 SLOWDOWN_ENV = "PERFGATE_SIM_SLOWDOWN"
 # The version the simulator reports as its own ("" = its real one): lets a test play two
@@ -24,6 +25,10 @@ VERSION_ENV = "PERFGATE_SIM_VERSION"
 # A regression injected without touching the command line (and so the baseline's fingerprint),
 # as an upgrade that broke the prefix cache would be.
 NO_CACHE_ENV = "PERFGATE_SIM_DISABLE_RADIX_CACHE"
+# Wrong models for the correctness guard, also without touching the fingerprint (sim._model).
+CORRUPT_RATE_ENV = "PERFGATE_SIM_CORRUPT_RATE"
+NAN_LOGPROBS_ENV = "PERFGATE_SIM_NAN_LOGPROBS"
+CORRUPT_ABOVE_BATCH_ENV = "PERFGATE_SIM_CORRUPT_ABOVE_BATCH"
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 # Passed by the launcher itself: a [server.sim] value would override them and the launcher would
@@ -62,6 +67,9 @@ class SimOptions:
     fail_at_startup: bool
     hang_at_startup: bool
     crash_after_requests: int
+    crash_on_prompt_logprobs: bool
+    stall_after_requests: int
+    stall_s: float
     http_error_rate: float
     error_chunk_rate: float
     truncate_rate: float
@@ -71,6 +79,10 @@ class SimOptions:
     prefix_cache_tokens: int
     slowdown: float
     version: str = ""
+    corrupt_rate: float = 0.0
+    corrupt_above_batch: int = 0
+    nan_logprobs: bool = False
+    slow_kernel: SlowKernel = field(default_factory=SlowKernel)
 
     def engine_config(self) -> SimConfig:
         """The performance-model part of the options."""
@@ -78,7 +90,11 @@ class SimOptions:
         return SimConfig(**{name: getattr(self, name) for name in names})
 
     def as_dict(self) -> dict[str, object]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """JSON-able: the slowed kernel as PERFGATE_SIM_SLOW_KERNEL writes it ("" for none)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        slow = self.slow_kernel
+        out["slow_kernel"] = f"{slow.name}:{slow.factor:g}" if slow.name else ""
+        return out
 
 
 class _Type:
@@ -177,6 +193,17 @@ def build_parser() -> argparse.ArgumentParser:
     flag("--fail-at-startup")
     flag("--hang-at-startup")
     p.add_argument("--crash-after-requests", type=_int_at_least(0), default=0, help="0: never")
+    flag(
+        "--crash-on-prompt-logprobs",
+        "die on a request that scores prompt tokens (input logprobs), as SGLang 0.5.12's CPU engine does",
+    )
+    p.add_argument(
+        "--stall-after-requests",
+        type=_int_at_least(0),
+        default=0,
+        help="once this many requests have arrived, the engine stops for --stall-s (a one-off stall); 0: never",
+    )
+    p.add_argument("--stall-s", type=_finite(0.0), default=2.0, help="length of that stall in wall seconds")
     p.add_argument("--http-error-rate", type=fraction, default=0.0)
     p.add_argument("--error-chunk-rate", type=fraction, default=0.0)
     p.add_argument("--truncate-rate", type=fraction, default=0.0)
@@ -223,6 +250,51 @@ def no_cache_from_env(environ: os._Environ[str] | dict[str, str]) -> bool:
         raise ValueError(
             f"{NO_CACHE_ENV}={raw!r} is not true or false: set it to 1 (no prefix cache) or unset it."
         ) from None
+
+
+@dataclass(frozen=True)
+class ModelFaults:
+    """The wrong models the environment asks for (see ``sim._model``)."""
+
+    corrupt_rate: float = 0.0
+    corrupt_above_batch: int = 0
+    nan_logprobs: bool = False
+
+
+def model_faults_from_env(environ: os._Environ[str] | dict[str, str]) -> ModelFaults:
+    """PERFGATE_SIM_CORRUPT_RATE, _CORRUPT_ABOVE_BATCH and _NAN_LOGPROBS; ValueError with a clear message."""
+    rate_raw = environ.get(CORRUPT_RATE_ENV, "").strip()
+    rate = 0.0
+    if rate_raw:
+        try:
+            rate = float(rate_raw)
+        except ValueError:
+            rate = math.nan
+        if not 0 <= rate <= 1:
+            raise ValueError(
+                f"{CORRUPT_RATE_ENV}={rate_raw!r} is not a share of tokens: set it to a number from 0 to 1 "
+                "such as 0.05 (5% of output tokens wrong) or unset it."
+            )
+    batch_raw = environ.get(CORRUPT_ABOVE_BATCH_ENV, "").strip()
+    batch = 0
+    if batch_raw:
+        try:
+            batch = int(batch_raw)
+        except ValueError:
+            batch = -1
+        if batch < 1:
+            raise ValueError(
+                f"{CORRUPT_ABOVE_BATCH_ENV}={batch_raw!r} is not a batch size: set it to a whole number >= 1 "
+                "(tokens computed while more requests run are corrupted) or unset it."
+            )
+    nan_raw = environ.get(NAN_LOGPROBS_ENV, "").strip()
+    try:
+        nan = _parse_bool(nan_raw) if nan_raw else False
+    except ValueError:
+        raise ValueError(
+            f"{NAN_LOGPROBS_ENV}={nan_raw!r} is not true or false: set it to 1 (every logprob NaN) or unset it."
+        ) from None
+    return ModelFaults(rate, batch, nan)
 
 
 @dataclass(frozen=True)
@@ -282,9 +354,20 @@ def parse_options(argv: Sequence[str], environ: os._Environ[str] | dict[str, str
     try:
         slowdown = slowdown_from_env(environ)
         no_cache = no_cache_from_env(environ)
+        faults = model_faults_from_env(environ)
+        slow_kernel = slow_kernel_from_env(environ)
     except ValueError as err:
         parser.exit(2, f"{parser.prog}: error: {err}\n")
     values = vars(ns)
     values["disable_radix_cache"] = values["disable_radix_cache"] or no_cache
     values["served_model_name"] = values["served_model_name"] or values["model_path"]
-    return SimOptions(slowdown=slowdown, version=environ.get(VERSION_ENV, "").strip(), **values)
+    return SimOptions(
+        # A slower kernel makes the whole step as much slower as its share of the step says.
+        slowdown=slowdown * slow_kernel.step_factor(),
+        version=environ.get(VERSION_ENV, "").strip(),
+        corrupt_rate=faults.corrupt_rate,
+        corrupt_above_batch=faults.corrupt_above_batch,
+        nan_logprobs=faults.nan_logprobs,
+        slow_kernel=slow_kernel,
+        **values,
+    )

@@ -21,13 +21,17 @@ import traceback
 import uuid
 from array import array
 from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from aiohttp import web
 
 from perfgate.sim._engine import Engine
 from perfgate.sim._gpus import PowerModel, make_gpus
+from perfgate.sim._kernels import Profiler
 from perfgate.sim._metrics import ServerMetrics
+from perfgate.sim._model import Scored, ToyModel
 from perfgate.sim._options import SimOptions
 
 VERSION = "0.5.23+perfgate-sim"
@@ -89,13 +93,31 @@ class _Tapes:
         return [self.token_id(i) for i in range(n)]
 
 
+@dataclass(frozen=True)
+class LogprobAsk:
+    """A request's ask for the model's logprobs: the ``top`` most likely tokens per position, prompt
+    tokens scored from ``start`` on, and (OpenAI's ``echo``) the prompt echoed back."""
+
+    top: int
+    start: int
+    echo: bool = False
+
+
+def _token_name(token: int) -> str:
+    # The simulator has no tokenizer: tokens are named as vLLM's return_tokens_as_token_ids does.
+    return f"token_id:{token}"
+
+
 class Req:
     """One generation request; subclasses know their API's chunk shapes."""
 
     __slots__ = (
+        "_context",
         "_mid",
+        "_prompt_ids",
         "_tail",
         "arrival",
+        "ask",
         "body",
         "cached",
         "chunked",
@@ -113,6 +135,8 @@ class Req:
         "out_len",
         "prompt_tokens",
         "rid",
+        "scored_input",
+        "scored_output",
         "sent",
         "seq",
         "short",
@@ -150,12 +174,42 @@ class Req:
         # Prompt tokens served from the prefix cache, known once the prefill is done.
         self.cached = 0
         self._tail = b""
+        # Requests that ask for logprobs are answered by the toy model (sim._model), not the tape.
+        self.ask: LogprobAsk | None = None
+        self._prompt_ids: list[int] = []
+        self._context: list[int] = []
+        self.scored_input: list[Scored] = []
+        self.scored_output: list[Scored] = []
+
+    def expect(self, ask: LogprobAsk, prompt: list[int]) -> None:
+        """Answer this request with the toy model, one token per engine step as it is computed."""
+        self.ask = ask
+        self._prompt_ids = prompt
+        self._context = list(prompt)
+
+    def _advance(self, batch: int) -> None:
+        """The toy model's next token, computed in a step of ``batch`` requests (the prompt's
+        logprobs with the first, in the prefill step)."""
+        assert self.ask is not None
+        model, ask = self.srv.model, self.ask
+        if not self.scored_output and ask.start < len(self._prompt_ids):
+            self.scored_input = model.teacher_forced(self._prompt_ids, ask.start, batch, ask.top)
+        pos = model.greedy(self._context, 1, batch, ask.top)[0]
+        self._context.append(pos.token)
+        self.scored_output.append(pos)
+
+    def output_ids(self) -> list[int]:
+        if self.ask is not None:
+            return [s.token for s in self.scored_output[: self.n]]
+        return self.srv.tapes.id_list(self.n)
 
     # -- called by the engine task once per token -----------------------------------
     def on_token(self, now: float) -> None:
         n = self.n + 1
         self.n = n
         srv = self.srv
+        if self.ask is not None:
+            self._advance(srv.step_batch)
         if n == 1:
             self.first_t = now
             self.cached = srv.engine.cached_tokens(self.eid)
@@ -254,7 +308,27 @@ class GenerateReq(Req):
         }
 
     def response(self, now: float) -> object:
-        return {"text": self.text(), "output_ids": self.srv.tapes.id_list(self.n), "meta_info": self.meta_info(now)}
+        meta = self.meta_info(now)
+        ask = self.ask
+        if ask is not None:
+            # SGLang's shapes: [logprob, token id, text] per position (text only with return_text_in_logprobs).
+            def entry(lp: float | None, token: int) -> list[object]:
+                return [lp, token, None]
+
+            out = self.scored_output[: self.n]
+            meta["output_token_logprobs"] = [entry(s.logprob, s.token) for s in out]
+            prompt = self._prompt_ids
+            if ask.start < len(prompt):
+                first = [entry(None, prompt[0])] if ask.start == 0 else []
+                meta["input_token_logprobs"] = first + [entry(s.logprob, s.token) for s in self.scored_input]
+            if ask.top:
+                meta["output_top_logprobs"] = [[entry(lp, t) for t, lp in s.top] for s in out]
+                if ask.start < len(prompt):
+                    first_top: list[object] = [None] if ask.start == 0 else []
+                    meta["input_top_logprobs"] = first_top + [
+                        [entry(lp, t) for t, lp in s.top] for s in self.scored_input
+                    ]
+        return {"text": self.text(), "output_ids": self.output_ids(), "meta_info": meta}
 
     def final_chunks(self, now: float) -> bytes:
         return sse(self.response(now))
@@ -321,12 +395,36 @@ class CompletionReq(Req):
         head = {"id": self.rid, "object": obj, "created": self.created, "model": self.model}
         return {**head, "choices": choices, **fields}
 
+    def _logprobs(self) -> object:
+        """OpenAI completions' logprobs object: tokens, token_logprobs, top_logprobs, text_offset
+        (the prompt's first, with ``echo``; its first token has no logprob)."""
+        ask = self.ask
+        if ask is None:
+            return None
+        tokens: list[str] = []
+        logprobs: list[float | None] = []
+        tops: list[dict[str, float] | None] = []
+        if ask.echo and self._prompt_ids:
+            tokens.append(_token_name(self._prompt_ids[0]))
+            logprobs.append(None)
+            tops.append(None)
+        for s in [*self.scored_input, *self.scored_output[: self.n]]:
+            tokens.append(_token_name(s.token))
+            logprobs.append(s.logprob)
+            tops.append({_token_name(t): lp for t, lp in s.top})
+        return {
+            "tokens": tokens,
+            "token_logprobs": logprobs,
+            "top_logprobs": tops if ask.top else None,
+            "text_offset": [_WORD_LEN * i for i in range(len(tokens))],
+        }
+
     def _last_choice(self, **content: object) -> dict[str, object]:
         """The one choice of a final chunk or response: ``content`` then how it finished."""
         return {
             "index": 0,
             **content,
-            "logprobs": None,
+            "logprobs": self._logprobs(),
             "finish_reason": self._finish_type(),
             "matched_stop": self._matched(),
         }
@@ -387,6 +485,22 @@ class ChatReq(CompletionReq):
 
     def _response_content(self) -> dict[str, object]:
         return {"message": {"role": "assistant", "content": self.text(), "reasoning_content": None}}
+
+    def _logprobs(self) -> object:
+        """OpenAI chat's logprobs object: one entry per output token, with its top alternatives."""
+        if self.ask is None:
+            return None
+        return {
+            "content": [
+                {
+                    "token": _token_name(s.token),
+                    "logprob": s.logprob,
+                    "bytes": None,
+                    "top_logprobs": [{"token": _token_name(t), "logprob": lp, "bytes": None} for t, lp in s.top],
+                }
+                for s in self.scored_output[: self.n]
+            ]
+        }
 
     def final_chunks(self, now: float) -> bytes:
         # The last content (if any) in a chunk of its own, then a finish chunk without content.
@@ -475,6 +589,13 @@ class SimServer:
         self.engine = Engine(self.config)
         self.stream_interval = opts.stream_interval
         self.tapes = _Tapes(opts.vocab_size)
+        self.model = ToyModel(
+            opts.vocab_size,
+            seed=opts.seed,
+            corrupt_rate=opts.corrupt_rate,
+            corrupt_above_batch=opts.corrupt_above_batch,
+            nan_logprobs=opts.nan_logprobs,
+        )
         self.metrics = ServerMetrics(opts.served_model_name)
         self.truth = _Truth()
         self.gpus = make_gpus(opts.gpus, opts.gpu_name, opts.power_limit_w, opts.idle_gpus, opts.seed)
@@ -493,6 +614,11 @@ class SimServer:
         self._tasks: list[asyncio.Task[None]] = []
         self.steps = 0
         self.lost_s = 0.0
+        # Requests in the step whose tokens are being delivered (the toy model's batch).
+        self.step_batch = 1
+        self._stalled = False
+        self.profiler: Profiler | None = None
+        self._profile_done: asyncio.Future[Path] | None = None
 
     # -- lifecycle ------------------------------------------------------------------
     async def start(self, app: web.Application) -> None:
@@ -543,6 +669,8 @@ class SimServer:
         window = self._gen_window
         deadline = -math.inf
         while True:
+            if await self._one_off_stall():
+                deadline = -math.inf  # the stall is not owed to the next step
             step = engine.step()
             if step is None:
                 self.power.set_busy(False, time.monotonic())
@@ -563,14 +691,46 @@ class SimServer:
                 self.power.set_busy(True, start)
             deadline += step.duration_s
             self.steps += 1
+            profiler = self.profiler
+            if profiler is not None and profiler.add(
+                time.time(), step.duration_s, step.kind, step.batch_requests, step.prefill_tokens
+            ):
+                self.finish_profile()
             await asyncio.sleep(deadline - start)
             now = time.monotonic()
             get = reqs.get
+            self.step_batch = step.batch_requests
             for rid in step.tokens_for:
                 req = get(rid)
                 if req is not None:
                     req.on_token(now)
             window.append((now, engine.generated_tokens))
+
+    async def _one_off_stall(self) -> bool:
+        """--stall-after-requests: stop the engine once for --stall-s, as a kernel compiled on first use would."""
+        opts = self.opts
+        if self._stalled or not opts.stall_after_requests or self.seq < opts.stall_after_requests:
+            return False
+        self._stalled = True
+        log(f"perfgate.sim: engine stalled for {opts.stall_s:g} s after request {self.seq} (--stall-after-requests)")
+        await asyncio.sleep(opts.stall_s)
+        return True
+
+    def start_profile(self, output_dir: Path, num_steps: int | None, profile_id: str) -> asyncio.Future[Path]:
+        """Profile the next ``num_steps`` steps (None: until :meth:`finish_profile`); the future holds the trace."""
+        self.profiler = Profiler(output_dir, num_steps, profile_id, self.opts.slow_kernel)
+        self._profile_done = asyncio.get_running_loop().create_future()
+        return self._profile_done
+
+    def finish_profile(self) -> None:
+        profiler, done = self.profiler, self._profile_done
+        self.profiler = self._profile_done = None
+        if profiler is None or done is None:
+            return
+        try:
+            done.set_result(profiler.write())
+        except OSError as err:
+            done.set_exception(err)
 
     def submit(self, req: Req, prompt_ids: list[int]) -> None:
         """Queue ``req`` in the engine (ValueError if it can never run)."""
@@ -637,6 +797,6 @@ class SimServer:
     async def wait_idle(self, timeout_s: float) -> bool:
         try:
             await asyncio.wait_for(self._idle.wait(), timeout_s)
-        except TimeoutError:
+        except asyncio.TimeoutError:  # not the builtin TimeoutError before Python 3.11
             return False
         return True

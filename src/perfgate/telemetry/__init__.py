@@ -20,8 +20,8 @@ from perfgate.telemetry._model import (
     TelemetryWindow,
 )
 from perfgate.telemetry._monitor import Monitor, open_monitor
-from perfgate.telemetry._nvml import NvmlSource
-from perfgate.telemetry._server import (
+from perfgate.telemetry._nvml_source import NvmlSource
+from perfgate.telemetry._prometheus import (
     SERVER_METRICS,
     ServerMonitor,
     ServerReading,

@@ -6,7 +6,7 @@ import bisect
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, Self
+from typing import Any, Protocol
 
 from perfgate.errors import TelemetryError
 from perfgate.gpu import NvmlUnavailable, load_nvml
@@ -21,7 +21,7 @@ from perfgate.telemetry._model import (
     NotMeasured,
     TelemetryWindow,
 )
-from perfgate.telemetry._nvml import NvmlSource
+from perfgate.telemetry._nvml_source import NvmlSource
 from perfgate.telemetry._window import summarize_gpu
 
 
@@ -155,7 +155,7 @@ class Monitor:
             self._closed = True
             self._source.close()
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> Monitor:
         self.start()
         return self
 

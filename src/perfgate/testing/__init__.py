@@ -8,6 +8,7 @@ Building needs the optional extra ``perfgate[tinymodel]``; importing this packag
 from perfgate.testing._tinymodel import (
     BUILDER_VERSION,
     CHAT_TEMPLATE,
+    DEFECTS,
     SIZES,
     SPECIAL_TOKENS,
     TinyModelSpec,
@@ -20,6 +21,7 @@ from perfgate.testing._tinymodel import (
 __all__ = [
     "BUILDER_VERSION",
     "CHAT_TEMPLATE",
+    "DEFECTS",
     "SIZES",
     "SPECIAL_TOKENS",
     "TinyModelSpec",

@@ -323,7 +323,10 @@ def select_carry(
     expanded: set[tuple[str, frozenset[str]]] = set()
     queue: list[tuple[Requirement, str]] = []
     for text in roots:
-        queue.append((_requirement(text, "the bundle's roots"), "root"))
+        root = _requirement(text, "the bundle's roots")
+        # perfgate's own requirements come with markers (tomli only below Python 3.11).
+        if root.marker is None or root.marker.evaluate({**env, "extra": ""}):
+            queue.append((root, "root"))
     while queue:
         req, parent = queue.pop(0)
         name = canonicalize_name(req.name)

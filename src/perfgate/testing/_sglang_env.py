@@ -1,7 +1,7 @@
 """Install a real PyPI SGLang release into its own virtual environment, able to serve on CPU.
 
 SGLang is a CUDA project, yet its server runs on a machine without a GPU when three things
-hold (measured on 2-core CPU machines, see README "Real SGLang on CPU, in CI"):
+hold (measured on 2-core CPU machines, see docs/real-servers.md "Real SGLang on CPU, in CI"):
 
 - ``SGLANG_USE_CPU_ENGINE=1`` in the server's environment (SGLang's ``is_cpu()``);
 - the PyPI CUDA wheel of ``sglang-kernel`` is importable: SGLang imports ``sgl_kernel``

@@ -1,4 +1,5 @@
-"""Build a small Llama model and tokenizer locally, deterministically, for real-server tests.
+"""Build a small Llama (or Mixtral-style MoE) model and tokenizer locally, deterministically, for
+real-server tests.
 
 No model can be downloaded where perfgate's own tests run, yet a real serving engine (vLLM on CPU,
 ``transformers serve``) needs weights and a tokenizer. This builds both from nothing: a byte-level
@@ -89,6 +90,25 @@ _MIN_BAN_GAP = 10.0
 
 _DTYPES = ("float32", "bfloat16", "float16")
 
+# Wrong models that keep the name, shapes and tokenizer of the right one (for the correctness probe):
+# "perturbed" adds noise to the output head, "nan" puts one NaN in a decoder layer's weight.
+DEFECTS = ("none", "perturbed", "nan")
+# The tiny model's hidden state is dominated by the ban channel, which every RMSNorm divides by: the
+# decoder layers' contributions reach the logits scaled by ~1e-4, and all allowed tokens' logprobs
+# sit within ~5e-4 of -7.52 (measured with transformers, fp32). Noise of 100 % of a decoder layer's
+# weights (layer 1 down_proj) therefore moved no logprob by more than 5e-7, less than bfloat16
+# rounding moves them (1e-5): the "perturbed" defect has to act on the output head, where the
+# allowed rows' ordinary channels reach the logits directly. Noise of standard deviation sigma
+# there moved teacher-forced logprobs by mean ~0.02 * sigma, max ~0.075 * sigma nats (fp32,
+# transformers, 8 x 64 positions); 15 gave 0.34 mean and 1.28 max on real SGLang 0.5.23 (fp32) and
+# vLLM 0.32 (bf16), 32 x 64 positions (docs/correctness-real-engines.md): 10^5 times what bfloat16
+# or batching moved them (<= 1e-5), while the shapes, and so the work per token, stay the right
+# model's.
+_PERTURB_SIGMA = 15.0
+# The NaN goes into an ordinary channel of the last decoder layer's MLP output: it reaches every
+# position's residual stream, hence every logit.
+_NAN_INDEX = (1, 0)
+
 _EXTRA_HINT = (
     "building the tiny model needs torch, transformers, tokenizers and safetensors; "
     "install them with: pip install 'perfgate[tinymodel]' (torch==2.13.0 takes a CPU build)"
@@ -107,6 +127,15 @@ class TinyModelSpec:
     vocab_size: int
     dtype: str
     seed: int
+    defect: str = "none"
+    # A Mixtral-style mixture of experts in every layer when > 0 (intermediate_size is then each
+    # expert's), ``experts_per_token`` of them routed per token; 0: the dense Llama.
+    num_experts: int = 0
+    experts_per_token: int = 2
+
+    @property
+    def family(self) -> str:
+        return "mixtral" if self.num_experts else "llama"
 
 
 SIZES: dict[str, TinyModelSpec] = {
@@ -132,6 +161,20 @@ SIZES: dict[str, TinyModelSpec] = {
         dtype="bfloat16",
         seed=0,
     ),
+    # ~1.4 B parameters, 8 experts (top 2) of FFN 1408 per layer: a MoE whose expert GEMMs a GPU
+    # server runs through its MoE kernels (SGLang's --moe-runner-backend, FlashInfer's CUTLASS MoE).
+    "gpu-moe": TinyModelSpec(
+        hidden_size=2048,
+        num_layers=16,
+        num_heads=16,
+        intermediate_size=1408,
+        context_len=4096,
+        vocab_size=2048,
+        dtype="bfloat16",
+        seed=0,
+        num_experts=8,
+        experts_per_token=2,
+    ),
 }
 
 
@@ -144,6 +187,9 @@ def resolve_spec(
     intermediate_size: int | None = None,
     seed: int = 0,
     dtype: str | None = None,
+    defect: str = "none",
+    num_experts: int | None = None,
+    experts_per_token: int | None = None,
 ) -> TinyModelSpec:
     """The ``size`` preset with any explicit field overriding it; bad values raise PerfgateError."""
     if size not in SIZES:
@@ -154,12 +200,20 @@ def resolve_spec(
         "num_heads": num_heads,
         "intermediate_size": intermediate_size,
         "dtype": dtype,
+        "num_experts": num_experts,
+        "experts_per_token": experts_per_token,
     }
-    spec = replace(SIZES[size], seed=seed, **{k: v for k, v in overrides.items() if v is not None})
-    for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size"):
+    spec = replace(SIZES[size], seed=seed, defect=defect, **{k: v for k, v in overrides.items() if v is not None})
+    for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size", "experts_per_token"):
         value = getattr(spec, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise PerfgateError(f"tiny model: {name} must be an integer >= 1, got {value!r}")
+    if isinstance(spec.num_experts, bool) or not isinstance(spec.num_experts, int) or spec.num_experts < 0:
+        raise PerfgateError(f"tiny model: num_experts must be an integer >= 0 (0: dense), got {spec.num_experts!r}")
+    if spec.num_experts and spec.experts_per_token > spec.num_experts:
+        raise PerfgateError(
+            f"tiny model: experts_per_token {spec.experts_per_token} is more than num_experts {spec.num_experts}"
+        )
     if isinstance(spec.seed, bool) or not isinstance(spec.seed, int) or spec.seed < 0:
         raise PerfgateError(f"tiny model: seed must be an integer >= 0, got {spec.seed!r}")
     if spec.hidden_size % spec.num_heads:
@@ -168,6 +222,8 @@ def resolve_spec(
         )
     if spec.dtype not in _DTYPES:
         raise PerfgateError(f"tiny model: dtype must be one of {', '.join(map(repr, _DTYPES))}, got {spec.dtype!r}")
+    if spec.defect not in DEFECTS:
+        raise PerfgateError(f"tiny model: defect must be one of {', '.join(map(repr, DEFECTS))}, got {spec.defect!r}")
     return spec
 
 
@@ -192,8 +248,15 @@ def _corpus_digest(files: list[Path]) -> str:
 
 def cache_key(spec: TinyModelSpec) -> str:
     """Hash of the spec, the builder version and the tokenizer's training text."""
+    fields = asdict(spec)
+    if spec.defect == "none":
+        # The right model keeps the cache entry it had before defects existed.
+        del fields["defect"]
+    if not spec.num_experts:
+        # So does the dense model, which had it before experts existed.
+        del fields["num_experts"], fields["experts_per_token"]
     blob = json.dumps(
-        {"spec": asdict(spec), "builder": BUILDER_VERSION, "corpus": _corpus_digest(_corpus_files())},
+        {"spec": fields, "builder": BUILDER_VERSION, "corpus": _corpus_digest(_corpus_files())},
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -259,23 +322,30 @@ def banned_token_ids(tokenizer: Any) -> list[int]:
 def _build_model(torch: Any, transformers: Any, spec: TinyModelSpec, tokenizer: Any) -> Any:
     vocab = len(tokenizer)
     eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
-    config = transformers.LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=spec.hidden_size,
-        intermediate_size=spec.intermediate_size,
-        num_hidden_layers=spec.num_layers,
-        num_attention_heads=spec.num_heads,
-        num_key_value_heads=spec.num_heads,
-        head_dim=spec.hidden_size // spec.num_heads,
-        max_position_embeddings=spec.context_len,
-        tie_word_embeddings=False,
-        bos_token_id=tokenizer.convert_tokens_to_ids(BOS_TOKEN),
-        eos_token_id=eos_id,
-        pad_token_id=eos_id,
-    )
+    common = {
+        "vocab_size": vocab,
+        "hidden_size": spec.hidden_size,
+        "intermediate_size": spec.intermediate_size,
+        "num_hidden_layers": spec.num_layers,
+        "num_attention_heads": spec.num_heads,
+        "num_key_value_heads": spec.num_heads,
+        "head_dim": spec.hidden_size // spec.num_heads,
+        "max_position_embeddings": spec.context_len,
+        "tie_word_embeddings": False,
+        "bos_token_id": tokenizer.convert_tokens_to_ids(BOS_TOKEN),
+        "eos_token_id": eos_id,
+        "pad_token_id": eos_id,
+    }
     # Initialise in float32 whatever the target dtype, so a seed gives the same weights in any dtype.
     torch.manual_seed(spec.seed)
-    model = transformers.LlamaForCausalLM(config)
+    if spec.num_experts:
+        config = transformers.MixtralConfig(
+            **common, num_local_experts=spec.num_experts, num_experts_per_tok=spec.experts_per_token
+        )
+        model = transformers.MixtralForCausalLM(config)
+    else:
+        config = transformers.LlamaConfig(**common)
+        model = transformers.LlamaForCausalLM(config)
     c = _BAN_CHANNEL
     with torch.no_grad():
         # Channel c holds the constant from the embedding to the final norm: no layer reads or writes it.
@@ -284,21 +354,49 @@ def _build_model(torch: Any, transformers: Any, spec: TinyModelSpec, tokenizer: 
             layer.input_layernorm.weight[c] = 0.0
             layer.post_attention_layernorm.weight[c] = 0.0
             layer.self_attn.o_proj.weight[c, :] = 0.0
-            layer.mlp.down_proj.weight[c, :] = 0.0
+            for down in _down_projections(layer):
+                down[c, :] = 0.0
         # After the final RMSNorm channel c is about sqrt(hidden), as it dominates the norm.
         head = model.lm_head.weight
         head[:, c] = 0.0
         banned = torch.tensor(banned_token_ids(tokenizer), dtype=torch.long)
         head[banned] = 0.0
         head[banned, c] = -_BAN_LOGIT / math.sqrt(spec.hidden_size)
+        if spec.defect == "perturbed":
+            allowed = torch.ones(vocab, dtype=torch.bool)
+            allowed[banned] = False
+            # Its own generator: the right model's weights (drawn above) stay those of seed.
+            noise = torch.Generator(device="cpu").manual_seed(spec.seed + 1)
+            rows = head[allowed]
+            rows[:, c + 1 :] += _PERTURB_SIGMA * torch.randn(rows[:, c + 1 :].shape, generator=noise)
+            head[allowed] = rows
     model = model.to(getattr(torch, spec.dtype))
     _check_ban(torch, model, banned, spec)
+    if spec.defect == "nan":
+        # After the ban check, which a NaN model cannot pass (its logits are all NaN).
+        with torch.no_grad():
+            # Every expert's, so that whichever the router picks carries it.
+            for down in _down_projections(model.model.layers[-1]):
+                down[_NAN_INDEX] = float("nan")
     model.generation_config = transformers.GenerationConfig(
         bos_token_id=config.bos_token_id,
         eos_token_id=[eos_id, tokenizer.convert_tokens_to_ids(IM_END_TOKEN)],
         pad_token_id=eos_id,
     )
     return model
+
+
+def _down_projections(layer: Any) -> list[Any]:
+    """The weights through which a decoder layer's MLP writes the residual stream, each indexed
+    [hidden channel, :]: the dense MLP's down_proj, or every expert's (transformers 5 keeps a MoE's
+    experts fused in one [experts, hidden, ffn] tensor; older releases one w2 per expert)."""
+    mlp = layer.mlp if hasattr(layer, "mlp") else layer.block_sparse_moe
+    if hasattr(mlp, "down_proj"):
+        return [mlp.down_proj.weight]
+    experts = mlp.experts
+    if hasattr(experts, "down_proj"):
+        return list(experts.down_proj)
+    return [expert.w2.weight for expert in experts]
 
 
 def _check_ban(torch: Any, model: Any, banned: Any, spec: TinyModelSpec) -> None:
@@ -313,7 +411,8 @@ def _check_ban(torch: Any, model: Any, banned: Any, spec: TinyModelSpec) -> None
     is_banned = torch.zeros(model.config.vocab_size, dtype=torch.bool, device=logits.device)
     is_banned[banned] = True
     gap = float((logits[:, ~is_banned].min(dim=-1).values - logits[:, is_banned].max(dim=-1).values).min())
-    if gap < _MIN_BAN_GAP:
+    # "not >=" rather than "<": a NaN gap fails too.
+    if not gap >= _MIN_BAN_GAP:
         raise PerfgateError(
             f"tiny model: with {spec} banned tokens are only {gap:.1f} logits below allowed ones "
             f"(need {_MIN_BAN_GAP:g}): the model could stop early or emit empty chunks; use fewer layers or a "
@@ -325,9 +424,11 @@ def build_tiny_model(out_dir: Path, *, size: str = "tiny", **params: Any) -> Pat
     """Build the model and tokenizer into ``out_dir`` (created; must be empty) and return it.
 
     ``size`` picks a preset ("tiny": hidden 128, 2 layers, float32; "gpu": hidden 2048,
-    16 layers, bfloat16); ``params`` (the keyword arguments of :func:`resolve_spec`) override
-    single fields of it. The same arguments on the same Python and library versions give
-    byte-identical files.
+    16 layers, bfloat16; "gpu-moe": 8 experts of FFN 1408, top 2, per layer); ``params`` (the
+    keyword arguments of :func:`resolve_spec`) override single fields of it.
+    ``defect="perturbed"`` or ``"nan"`` builds a wrong model with the same shapes, tokenizer and
+    config as the right one (see :data:`DEFECTS`). The same arguments on the same Python and
+    library versions give byte-identical files.
     """
     spec = resolve_spec(size, **params)
     out = Path(out_dir)
@@ -352,7 +453,9 @@ def ensure_tiny_model(cache_dir: Path, *, size: str = "tiny", **params: Any) -> 
     """
     spec = resolve_spec(size, **params)
     cache = Path(cache_dir)
-    name = f"llama-h{spec.hidden_size}-l{spec.num_layers}-{spec.dtype}-{cache_key(spec)}"
+    defect = "" if spec.defect == "none" else f"-{spec.defect}"
+    experts = f"-e{spec.num_experts}k{spec.experts_per_token}" if spec.num_experts else ""
+    name = f"{spec.family}-h{spec.hidden_size}-l{spec.num_layers}{experts}-{spec.dtype}{defect}-{cache_key(spec)}"
     final = cache / name
     if final.is_dir():
         return final
@@ -371,6 +474,9 @@ def ensure_tiny_model(cache_dir: Path, *, size: str = "tiny", **params: Any) -> 
                 intermediate_size=spec.intermediate_size,
                 seed=spec.seed,
                 dtype=spec.dtype,
+                defect=spec.defect,
+                num_experts=spec.num_experts,
+                experts_per_token=spec.experts_per_token,
             )
             # mkdtemp makes it private; a shared cache must be readable by a server run as another user.
             os.chmod(tmp, 0o755)

@@ -8,13 +8,13 @@ rules, a_runs, b_runs, ...)`` judges variant B against variant A round by round 
 """
 
 from perfgate.catalogue import CAPACITY, Direction, direction_of, unit_of
+from perfgate.verdict._decide import fmt_value
 from perfgate.verdict._judge import (
     RECORD_HINT,
     MetricVerdict,
     NoiseTest,
     Status,
     WorkloadVerdict,
-    fmt_value,
     judge,
 )
 from perfgate.verdict._mannwhitney import mann_whitney_less, min_p_value

@@ -19,18 +19,15 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from perfgate._stats import median
 from perfgate.catalogue import Direction, unit_of
+from perfgate.profile import InconclusivePolicy
+from perfgate.verdict._decide import check_policy, decide, decision_message, fmt_value, reaches
 from perfgate.verdict._mannwhitney import mann_whitney_less, min_p_value
 from perfgate.verdict._rules import MetricRule
 
 Status = Literal["pass", "fail", "inconclusive", "no-baseline", "not-measured"]
-InconclusivePolicy = Literal["fail", "warn"]
 NoiseTest = Literal["mann-whitney", "tolerance-only", "none"]
 
 RECORD_HINT = "record one with `pytest perf_tests --perf-update-baselines`"
-
-# p-values and alpha are compared with a hair of slack: 1/20 computed as a ratio of
-# integers must count as <= alpha = 0.05 for 3-vs-3 repeats.
-_P_SLACK = 1e-9
 
 
 @dataclass(frozen=True)
@@ -110,10 +107,7 @@ def judge(
     messages, e.g. "a baseline exists for another fingerprint (gpu_count 8 -> 4); not used".
     ``inconclusive`` decides whether an INCONCLUSIVE metric fails the gate ("fail") or not ("warn").
     """
-    if not 0.0 < alpha < 1.0:
-        raise ValueError(f"alpha must be between 0 and 1 (exclusive), got {alpha!r}")
-    if inconclusive not in ("fail", "warn"):
-        raise ValueError(f'inconclusive must be "fail" or "warn", got {inconclusive!r}')
+    check_policy(alpha, inconclusive)
     verdicts = tuple(
         _judge_metric(workload, rule, current, baseline, alpha, require_baseline, no_baseline_note, inconclusive)
         for rule in rules
@@ -128,23 +122,6 @@ def _values(repeats: Sequence[Mapping[str, float]], metric: str) -> list[float]:
         if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
             out.append(float(v))
     return out
-
-
-def fmt_value(value: float, unit: str) -> str:
-    """A metric value for people: thousands separators, sensible precision, unit."""
-    a = abs(value)
-    text = f"{value:,.1f}" if a >= 100 else f"{value:,.2f}" if a >= 1 else f"{value:.3g}"
-    if not unit:
-        return text
-    return f"{text}{unit}" if unit == "%" else f"{text} {unit}"
-
-
-@dataclass(frozen=True)
-class _Bound:
-    kind: Literal["limit", "floor", "ceiling"]
-    value: float
-    is_lower: bool
-    violated: bool
 
 
 def _judge_metric(
@@ -186,49 +163,34 @@ def _judge_metric(
     base = median(base_vals) if base_vals else None
     change_pct = (measured - base) / abs(base) * 100 if base else None
 
-    bounds: list[_Bound] = []
-    if rule.floor is not None:
-        bounds.append(_Bound("floor", rule.floor, True, measured < rule.floor))
-    if rule.ceiling is not None:
-        bounds.append(_Bound("ceiling", rule.ceiling, False, measured > rule.ceiling))
-
     p_value: float | None = None
     noise_test: NoiseTest = "none"
     test_note = ""
-    within_noise = False
     if rule.tolerance is not None and base is not None:
-        allowed = abs(base) * rule.tolerance
-        # Worse-by amount in the metric's own unit: symmetric between directions by construction.
-        worse = base - measured if higher else measured - base
-        beyond = worse > allowed
-        if min_p_value(len(vals), len(base_vals)) <= alpha * (1 + _P_SLACK):
+        if reaches(min_p_value(len(vals), len(base_vals)), alpha):
             # Test in "goodness" space so one one-sided test serves both directions.
             good_now, good_base = (vals, base_vals) if higher else ([-v for v in vals], [-v for v in base_vals])
             p_value = mann_whitney_less(good_now, good_base)
             noise_test = "mann-whitney"
-            significant = p_value <= alpha * (1 + _P_SLACK)
             test_note = f"Mann-Whitney p={p_value:.2g}"
         else:
             noise_test = "tolerance-only"
-            significant = True
             test_note = (
                 f"{len(vals)} vs {len(base_vals)} repeats: too few for a noise test at alpha {alpha:g}, tolerance alone"
             )
-        within_noise = beyond and not significant
-        bounds.insert(0, _Bound("limit", base - allowed if higher else base + allowed, higher, beyond and significant))
-
-    violated = [b for b in bounds if b.violated]
-    shown = violated[0] if violated else _applicable_bound(bounds, higher)
-    limit = shown.value if shown else None
-    status: Status
-    if violated:
-        status, ok = "fail", False
-    elif within_noise:
-        status, ok = "inconclusive", inconclusive == "warn"
-    elif rule.tolerance is not None and base is None:
+    decision = decide(
+        rule,
+        centre=measured,
+        reference=base,
+        absolute=measured,
+        p_value=p_value,
+        alpha=alpha,
+        inconclusive=inconclusive,
+    )
+    status: Status = decision.status
+    ok = decision.ok
+    if status == "pass" and rule.tolerance is not None and base is None:
         status, ok = "no-baseline", not require_baseline
-    else:
-        status, ok = "pass", True
 
     details = []
     if base is not None:
@@ -242,10 +204,7 @@ def _judge_metric(
     detail = f" ({', '.join(details)})" if details else ""
     head = f"{workload}: {metric} {fmt_value(measured, unit)}"
 
-    if status == "fail":
-        parts = [f"{'<' if b.is_lower else '>'} {b.kind} {fmt_value(b.value, unit)}" for b in violated]
-        message = f"{head} {'; '.join(parts)}{detail}"
-    elif status == "no-baseline":
+    if status == "no-baseline":
         why = (
             "no baseline for this hardware/software fingerprint"
             if baseline is None
@@ -254,22 +213,17 @@ def _judge_metric(
         note = f"; {no_baseline_note}" if no_baseline_note and baseline is None else ""
         consequence = "failing because require_baseline is set" if require_baseline else "not gated against a baseline"
         message = f"{head}: {why}{note}; {consequence}; {RECORD_HINT}"
-    elif status == "inconclusive":
-        consequence = (
-            'a warning only ([gate] inconclusive = "warn")'
-            if ok
-            else "failing: rerun on a quieter host, with more repeats ([gate] max_repeats), or set [gate] "
-            'inconclusive = "warn"'
-        )
-        message = (
-            f"{head} {'<' if higher else '>'} limit {fmt_value(bounds[0].value, unit)}{detail}: INCONCLUSIVE, "
-            f"the {len(vals)} vs {len(base_vals)} repeats cannot tell the change from noise (p > alpha {alpha:g}); "
-            f"{consequence}"
-        )
-    elif shown is not None:
-        message = f"{head} within {shown.kind} {fmt_value(shown.value, unit)}{detail}"
     else:
-        message = f"{head}{detail}"
+        message = decision_message(
+            decision,
+            head,
+            detail,
+            value_text=lambda b: fmt_value(b.value, unit),
+            subject=lambda b: "",
+            samples=f"{len(vals)} vs {len(base_vals)} repeats",
+            advice="rerun on a quieter host, with more repeats ([gate] max_repeats)",
+            alpha=alpha,
+        )
 
     return MetricVerdict(
         **common,
@@ -277,20 +231,9 @@ def _judge_metric(
         ok=ok,
         measured=measured,
         baseline=base,
-        limit=limit,
+        limit=decision.shown.value if decision.shown else None,
         change_pct=change_pct,
         p_value=p_value,
         noise_test=noise_test,
         message=message,
     )
-
-
-def _applicable_bound(bounds: Sequence[_Bound], higher: bool) -> _Bound | None:
-    # Prefer the relative limit, then the absolute bound on the side that matters.
-    for b in bounds:
-        if b.kind == "limit":
-            return b
-    for b in bounds:
-        if b.is_lower == higher:
-            return b
-    return bounds[0] if bounds else None

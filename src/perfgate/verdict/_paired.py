@@ -6,7 +6,7 @@ both runs of a round alike and cancels in the ratio; the ABBA order of the round
 ...) makes B the later run in one round and the earlier in the next, so a trend within a round
 cancels over each pair of rounds.
 
-The decision mirrors the gate's (``_judge``): a metric passes when the median ratio is within
+The decision is the gate's (``_decide``): a metric passes when the median ratio is within
 the tolerance; past it, it FAILS when the rounds show that B is really worse than A, and is
 INCONCLUSIVE when they cannot tell the change from noise (never a pass). "Really worse" is the
 one-sided sign test at ``alpha``: were A and B the same, each round's ratio would be as likely
@@ -38,14 +38,13 @@ from typing import Any, Literal
 
 from perfgate._stats import median
 from perfgate.catalogue import Direction, unit_of
-from perfgate.verdict._judge import InconclusivePolicy, WorkloadVerdict, fmt_value
+from perfgate.profile import InconclusivePolicy
+from perfgate.verdict._decide import check_policy, decide, decision_message, fmt_value, reaches
+from perfgate.verdict._judge import WorkloadVerdict
 from perfgate.verdict._rules import MetricRule
 
 PairedStatus = Literal["pass", "fail", "inconclusive", "not-measured", "unpaired"]
 PairedTest = Literal["sign-test", "tolerance-only", "none"]
-
-# As in _judge: 1/32 computed from integers must count as <= alpha = 1/32.
-_P_SLACK = 1e-9
 
 
 @dataclass(frozen=True)
@@ -113,7 +112,7 @@ def median_interval(values: Sequence[float], alpha: float) -> tuple[float, float
     if not n:
         raise ValueError("median interval of no values")
     k = 1
-    while 2 * (k + 1) <= n + 1 and binomial_half_cdf(k, n) <= alpha * (1 + _P_SLACK):
+    while 2 * (k + 1) <= n + 1 and reaches(binomial_half_cdf(k, n), alpha):
         k += 1
     return s[k - 1], s[n - k], 1.0 - 2.0 * binomial_half_cdf(k - 1, n)
 
@@ -133,10 +132,7 @@ def judge_paired(
     a run that produced none). Tolerances are held to the median ratio; floors and ceilings to
     B's median, as the gate would hold B.
     """
-    if not 0.0 < alpha < 1.0:
-        raise ValueError(f"alpha must be between 0 and 1 (exclusive), got {alpha!r}")
-    if inconclusive not in ("fail", "warn"):
-        raise ValueError(f'inconclusive must be "fail" or "warn", got {inconclusive!r}')
+    check_policy(alpha, inconclusive)
     if len(a_runs) != len(b_runs):
         raise ValueError(f"{len(a_runs)} runs of A but {len(b_runs)} of B: rounds pair one run of each")
     metrics = tuple(_judge_metric(workload, rule, a_runs, b_runs, alpha, inconclusive) for rule in rules)
@@ -223,29 +219,12 @@ def _judge_metric(
     med_r = median(values)
     low, high, coverage = median_interval(values, alpha)
     worse = sum(1 for r in values if (r < 1.0 if higher else r > 1.0))
-    has_test = 0.5**n <= alpha * (1 + _P_SLACK)
+    has_test = reaches(0.5**n, alpha)
     p_value = sign_test_p(worse, n) if has_test else None
-    significant = p_value is not None and p_value <= alpha * (1 + _P_SLACK)
+    decision = decide(
+        rule, centre=med_r, reference=1.0, absolute=med_b, p_value=p_value, alpha=alpha, inconclusive=inconclusive
+    )
 
-    violated: list[str] = []
-    limit: float | None = None
-    past = False
-    if rule.tolerance is not None:
-        limit = 1.0 - rule.tolerance if higher else 1.0 + rule.tolerance
-        past = med_r < limit if higher else med_r > limit
-    if rule.floor is not None and med_b < rule.floor:
-        violated.append(f"B's median {fmt_value(med_b, unit)} < floor {fmt_value(rule.floor, unit)}")
-    if rule.ceiling is not None and med_b > rule.ceiling:
-        violated.append(f"B's median {fmt_value(med_b, unit)} > ceiling {fmt_value(rule.ceiling, unit)}")
-    status: PairedStatus
-    if violated or (past and (significant or not has_test)):
-        status, ok = "fail", False
-    elif past:
-        status, ok = "inconclusive", inconclusive == "warn"
-    else:
-        status, ok = "pass", True
-
-    sign = "<" if higher else ">"
     head = (
         f"{workload}: {metric} B/A {med_r:.3f} ({(med_r - 1) * 100:+.1f}%: B {fmt_value(med_b, unit)} "
         f"vs A {fmt_value(med_a, unit)})"
@@ -260,36 +239,30 @@ def _judge_metric(
     evidence.append(f"{coverage * 100:.1f}% CI [{low:.3f}, {high:.3f}]")
     if rule.tolerance is not None:
         evidence.insert(0, f"tolerance {rule.tolerance * 100:g}%")
-    detail = f" ({'; '.join(evidence)})"
-    if status == "inconclusive":
-        consequence = (
-            'a warning only ([gate] inconclusive = "warn")'
-            if ok
-            else 'failing: run more rounds (--rounds) on a quieter host, or set [gate] inconclusive = "warn"'
-        )
-        message = (
-            f"{head} {sign} limit {limit:.3f}{detail}: INCONCLUSIVE, the {n} rounds cannot tell the change "
-            f"from noise (p > alpha {alpha:g}); {consequence}"
-        )
-    elif status == "fail":
-        parts = ([f"{sign} limit {limit:.3f}"] if past else []) + violated
-        message = f"{head} {'; '.join(parts)}{detail}"
-    elif limit is not None:
-        message = f"{head} within limit {limit:.3f}{detail}"
-    else:
-        message = f"{head} within its bounds{detail}"
+    message = decision_message(
+        decision,
+        head,
+        f" ({'; '.join(evidence)})",
+        # The ratio's limit is a bare ratio; floors and ceilings hold B's median in the metric's unit.
+        value_text=lambda b: f"{b.value:.3f}" if b.kind == "limit" else fmt_value(b.value, unit),
+        subject=lambda b: "" if b.kind == "limit" else f"B's median {fmt_value(med_b, unit)} ",
+        samples=f"{n} rounds",
+        advice="run more rounds (--rounds) on a quieter host",
+        alpha=alpha,
+    )
+    limit = decision.limit
 
     return PairedMetricVerdict(
         **common,
-        status=status,
-        ok=ok,
+        status=decision.status,
+        ok=decision.ok,
         median_a=med_a,
         median_b=med_b,
         median_ratio=med_r,
         ci_low=low,
         ci_high=high,
         ci_coverage=coverage,
-        limit_ratio=limit,
+        limit_ratio=limit.value if limit is not None else None,
         p_value=p_value,
         noise_test="sign-test" if has_test else "tolerance-only",
         rounds_worse=worse,
@@ -299,4 +272,7 @@ def _judge_metric(
 
 def sign_test_min_rounds(alpha: float) -> int:
     """The fewest rounds whose sign test can reach ``alpha`` (5 at 0.05: 2^-5 <= 0.05 < 2^-4)."""
-    return max(1, math.ceil(math.log2(1.0 / alpha) - _P_SLACK))
+    n = 1
+    while not reaches(0.5**n, alpha):
+        n += 1
+    return n

@@ -326,27 +326,37 @@ def open_server_monitor(
     path: str,
     *,
     interval_s: float = 0.5,
+    sglang: bool = False,
     clock: Callable[[], float] = time.monotonic,
     transport: httpx.BaseTransport | None = None,
 ) -> ServerMonitor:
     """A started monitor of ``base_url + path``, or TelemetryError saying why the server's metrics
-    cannot be read there (SGLang serves them only with --enable-metrics). ``transport`` replaces
-    the network (tests)."""
+    cannot be read there. ``sglang``: the server is SGLang, which serves them only with
+    --enable-metrics (a 404 then says so; another server gets the profile key to set). The
+    message does not say "server metrics" itself: its reader puts it under that label.
+    ``transport`` replaces the network (tests)."""
     monitor = ServerMonitor(base_url.rstrip("/") + path, interval_s=interval_s, clock=clock, transport=transport)
     try:
         reading = parse_server_metrics(monitor._get())
     except httpx.HTTPStatusError as err:
         monitor.stop()
-        hint = " (SGLang serves /metrics only with --enable-metrics)" if err.response.status_code == 404 else ""
-        raise TelemetryError(
-            f"server metrics: GET {monitor.url} answered HTTP {err.response.status_code}{hint}"
-        ) from None
+        status = err.response.status_code
+        if status != 404:
+            hint = ""
+        elif sglang:
+            hint = " (SGLang serves /metrics only with --enable-metrics)"
+        else:
+            hint = (
+                f" (no Prometheus metrics at {path}: set [telemetry] server_metrics_path to the path this server"
+                ' serves them on, or "" not to read them)'
+            )
+        raise TelemetryError(f"GET {monitor.url} answered HTTP {status}{hint}") from None
     except (httpx.HTTPError, ValueError) as err:
         monitor.stop()
-        raise TelemetryError(f"server metrics: GET {monitor.url} failed: {type(err).__name__}: {err}") from None
+        raise TelemetryError(f"GET {monitor.url} failed: {type(err).__name__}: {err}") from None
     if not reading.engine:
         monitor.stop()
-        raise TelemetryError(f"server metrics: {monitor.url} serves Prometheus text without sglang:* or vllm:* metrics")
+        raise TelemetryError(f"{monitor.url} serves Prometheus text without sglang:* or vllm:* metrics")
     monitor.scrape_now()
     monitor.start()
     return monitor
