@@ -5,6 +5,7 @@ Every failure must end with a clear message within its bound and leave no proces
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import sys
@@ -39,6 +40,21 @@ def test_boot_serve_and_teardown_leave_nothing(tmp_path):
         assert server.boot_s > 0
     assert processes_with(marker) == []
     assert "fired up and ready to roll" in server.log_path.read_text()
+
+
+def test_a_launched_server_leads_its_own_group_in_perfgates_session(tmp_path):
+    """Its own process group, for the teardown; perfgate's session, for the CPU: a new session is a
+    scheduling group of its own on Linux (autogroup), and beside vLLM's CPU engine the kernel then
+    left the mostly idle load client waiting up to 9 s on the run queue."""
+    spec, marker = marked()
+    with ExitStack() as stack:
+        start_server(spec, log_dir=tmp_path, stack=stack)
+        for pid in processes_with(marker):  # the server and perfgate's watchdog
+            assert os.getsid(pid) == os.getsid(0), pid
+            assert os.getpgid(pid) != os.getpgid(0), pid
+        (leader,) = {os.getpgid(pid) for pid in processes_with(marker)}
+        assert leader in processes_with(marker)
+    assert processes_with(marker) == []
 
 
 def test_crash_at_boot_fails_fast_with_exit_code_and_log(tmp_path):

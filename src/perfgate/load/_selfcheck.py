@@ -30,8 +30,11 @@ _ADVICE: dict[str, str] = {
     ),
     "starved": (
         "other processes took the client's CPU (it was mostly idle, yet late): run on a quieter host, "
-        "keep the server off the client's cores (e.g. taskset), or, where the server shares these cores "
-        "by design, raise [gate] client_max_lag_p99_ms"
+        "keep the server off the client's cores (e.g. taskset), start an attached server from the gate's "
+        "own shell (a server in another session, a terminal or a service, is a scheduling group of its own "
+        "on Linux, and its busy group can leave this client waiting seconds; or set "
+        "kernel.sched_autogroup_enabled=0), or, where the server shares these cores by design, raise "
+        "[gate] client_max_lag_p99_ms"
     ),
 }
 

@@ -1,4 +1,4 @@
-"""A server process perfgate owns: own session, log file, bounded readiness, whole-tree teardown.
+"""A server process perfgate owns: own process group, log file, bounded readiness, whole-tree teardown.
 
 The server's process group cannot outlive perfgate, even when perfgate is SIGKILLed (by the
 OOM killer, a CI runner, ``kill -9``) and no teardown runs: a watchdog process in the group
@@ -6,6 +6,12 @@ holds the read end of a pipe whose only writer is perfgate, and when the kernel 
 (perfgate's death, however it came) kills the whole group, the server's own children
 (SGLang's scheduler and detokenizer) included. The leader also gets PR_SET_PDEATHSIG, so it
 is killed first even if the watchdog was.
+
+The group stays in perfgate's session. A new session is a new scheduling group on Linux
+(autogroup), and the kernel then shares the CPU between the server's busy group and the mostly
+idle client's by group weight: with vLLM's CPU engine on 2 cores, a sleeping probe beside the
+load waited up to 9.1 s on the run queue (its schedstat), the client's loop lagged 10.6 s and the
+run was refused as invalid; in one session, the same load left it waiting 0.0 s (worst lag 0.06 s).
 """
 
 from __future__ import annotations
@@ -57,7 +63,7 @@ def tail_block(path: Path) -> str:
 
 @dataclass
 class ServerProcess:
-    """A launched server: its process (leader of its own session) and its log.
+    """A launched server: its process (leader of its own process group) and its log.
 
     ``argv`` is the command as shown and recorded (secrets redacted), not necessarily as run.
     """
@@ -119,7 +125,7 @@ class ServerProcess:
 
     def _stop(self, timeout_s: float) -> list[str]:
         notes: list[str] = []
-        pgid = self.popen.pid  # start_new_session: the leader's pid is the group id
+        pgid = self.popen.pid  # setpgid(0, 0) in _Binding: the leader's pid is the group id
         self.pids = group_members(pgid) | {pgid}
         if self.popen.poll() is None:
             _signal_group(pgid, signal.SIGTERM)
@@ -198,7 +204,7 @@ def launch(
     cwd: Path | None = None,
     redactor: Redactor | None = None,
 ) -> ServerProcess:
-    """Start ``argv`` in its own session with stdout+stderr appended to ``log_path``.
+    """Start ``argv`` in its own process group with stdout+stderr appended to ``log_path``.
 
     While the run knows secrets (the process's registry), the output goes through a pipe and every secret is
     replaced before it reaches the log (servers log their arguments, keys included); otherwise
@@ -221,7 +227,6 @@ def launch(
                     stderr=subprocess.STDOUT,
                     env=dict(env),
                     cwd=cwd,
-                    start_new_session=True,
                     preexec_fn=bind,
                 )
             except (OSError, subprocess.SubprocessError) as e:
@@ -245,10 +250,10 @@ def launch(
 
 
 class _Binding:
-    """Runs in the server's process between fork and exec, after setsid: binds it to perfgate.
+    """Runs in the server's process between fork and exec: binds it to perfgate.
 
-    Forks the watchdog there, so that it is in the server's new session and process group (a
-    process outside that session may not join it), and sets the leader's PDEATHSIG.
+    Makes it the leader of a new process group (in perfgate's session: see the module's
+    docstring), forks the watchdog into that group, and sets the leader's PDEATHSIG.
     """
 
     def __init__(self, watch_r: int, shown: list[str], *, pdeathsig: bool) -> None:
@@ -259,6 +264,9 @@ class _Binding:
         self.prctl = ctypes.CDLL(None, use_errno=True).prctl if pdeathsig and sys.platform == "linux" else None
 
     def __call__(self) -> None:
+        # Not start_new_session: that would also make a new scheduling group. Not process_group=0:
+        # Python 3.10 lacks it.
+        os.setpgid(0, 0)
         if self.prctl is not None:
             self.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             # perfgate died before prctl took effect: nobody would ever send the signal.

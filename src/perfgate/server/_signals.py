@@ -2,7 +2,7 @@
 
 Ctrl-C raises KeyboardInterrupt, which unwinds through every teardown. SIGTERM (``timeout``,
 CI cancellation, ``kill``) and SIGHUP (a closed terminal) end a Python process at once by
-default, and a server started in its own session would keep serving and holding its GPUs.
+default, and a server in its own process group would keep serving and holding its GPUs.
 While perfgate owns at least one server process, both signals unwind exactly like Ctrl-C
 (:class:`Terminated` is a KeyboardInterrupt). SIGKILL cannot be caught; nothing can help it.
 
