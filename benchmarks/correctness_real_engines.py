@@ -15,8 +15,8 @@ throughput can be compared with the right one's.
 
 (``python -m perfgate.testing.tinymodel --cache .perfgate-cache/tinymodel --defect perturbed`` prints
 such a directory.) Run it from the repository root, in the environment that runs the server's
-client side (for the vllm-cpu-tiny profile: the e2e-vllm tox env's python), under
-``flock /work/locks/engine`` on a shared machine. Last stdout line: one JSON object.
+client side (for the vllm-cpu-tiny profile: the e2e-vllm tox env's python), one engine at a time
+on a shared machine. Last stdout line: one JSON object.
 """
 
 from __future__ import annotations
