@@ -21,6 +21,11 @@ from perfgate.errors import ServerError
 from perfgate.server._process import ServerProcess, tail_block
 
 _POLL_S = 0.25
+# A poll's read timeout. A launched server's polls start short and double on each timeout: a
+# process that bound the port before the server did may accept and never answer, and the server's
+# exit (EADDRINUSE) must still be seen within seconds. A slow health check still gets its 30 s.
+_READ_TIMEOUT_S = 30.0
+_FIRST_READ_TIMEOUT_S = 4.0
 # A path must answer "not found" this often, over at least this long, before it is believed:
 # one 404 from a proxy that has not learned its backend yet is not a verdict.
 _NOT_FOUND_PROBES = 3
@@ -160,11 +165,15 @@ def wait_ready(
         url, dict(headers or {}), process, connect_timeout_s, process.started_s if process else time.monotonic()
     )
     deadline = watch.t0 + timeout_s
-    with httpx.Client(timeout=httpx.Timeout(30.0, connect=2.0)) as client:
+    read_s = _FIRST_READ_TIMEOUT_S if process is not None else _READ_TIMEOUT_S
+    with httpx.Client(timeout=httpx.Timeout(_READ_TIMEOUT_S, connect=2.0)) as client:
         while True:
             watch.exited()
             try:
-                resp = client.get(url, headers=watch.headers)
+                resp = client.get(url, headers=watch.headers, timeout=httpx.Timeout(read_s, connect=2.0))
+            except httpx.ReadTimeout:
+                watch.last = f"ReadTimeout (no answer within {read_s:g} s)"
+                read_s = min(2 * read_s, _READ_TIMEOUT_S)
             except httpx.UnsupportedProtocol as e:
                 raise ServerError(f"{url}: {e}; expected an http:// or https:// URL") from None
             except (httpx.ConnectError, httpx.ConnectTimeout) as e:

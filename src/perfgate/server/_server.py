@@ -19,10 +19,10 @@ from perfgate.gpu import Hardware
 from perfgate.profile import ServerSpec
 from perfgate.server._gpu_procs import wait_released
 from perfgate.server._locks import hold_gpus
-from perfgate.server._process import EXIT_GRACE_S, ServerProcess, launch
+from perfgate.server._process import EXIT_GRACE_S, ServerProcess, launch, tail_block
 from perfgate.server._ready import check_url, wait_ready
 from perfgate.server._secrets import SECRET_FLAGS, Redactor, ServerKeys
-from perfgate.server._sglang_launch import preflight, verify
+from perfgate.server._sglang_launch import SGLangPreflight, preflight, verify
 
 
 @dataclass
@@ -114,25 +114,46 @@ class RunningServer:
 
 
 # SGLang (0.5.12 measured) derives a gRPC port as --port + 10000 and refuses to start when that
-# exceeds 65535; Linux hands out ephemeral ports up to 60999, so a free port from the kernel
-# failed ~1 boot in 7.
+# exceeds 65535.
 _SGLANG_MAX_PORT = 55535
+_PORT_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_LOWEST_PORT = 20000
+# Tries at a port taken between perfgate's pick and the server's bind.
+_BIND_ATTEMPTS = 3
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for ports it hands out itself (Linux's default when unreadable)."""
+    try:
+        lo, hi = (int(v) for v in _PORT_RANGE.read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999
+    return lo, hi
 
 
 def _free_port(host: str, max_port: int = 65535) -> int:
-    """A port free on ``host`` right now, at most ``max_port``."""
+    """A port free on ``host`` right now, at most ``max_port``, outside the ephemeral range.
+
+    A port from the ephemeral range can be handed to any process's next outgoing connection or
+    bind to port 0 while the server is still loading (SGLang 0.5.23 spent 12 s in its tokenizer, and
+    its own workers open connections meanwhile): CI saw uvicorn fail with EADDRINUSE on such a port.
+    """
+    lo, hi = _ephemeral_range()
+    spans = [(a, b) for a, b in ((_LOWEST_PORT, min(lo - 1, max_port)), (hi + 1, max_port)) if a <= b]
     rng = random.Random()
-    for attempt in range(200):
-        candidate = 0 if attempt == 0 else rng.randrange(20000, max_port + 1)
+    for _ in range(200 if spans else 0):
+        a, b = rng.choice(spans)
+        candidate = rng.randint(a, b)
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind((host, candidate))
             except OSError:
                 continue
-            port = int(s.getsockname()[1])
-        if port <= max_port:
-            return port
-    raise ServerError(f"no free port at or below {max_port} on {host}; set [server] port to a free one")
+        return candidate
+    raise ServerError(
+        f"no free port in {_LOWEST_PORT}-{max_port} outside the ephemeral range {lo}-{hi} on {host}; "
+        "set [server] port to a free one"
+    )
 
 
 def _check_port_free(host: str, port: int) -> None:
@@ -256,7 +277,8 @@ def start_server(
     redactor = keys.redactor
     # Before the server starts: it may log its environment.
     SECRETS.add_env(dict(spec.env))
-    pre = None
+    pre: SGLangPreflight | None = None
+    env: dict[str, str] = {}
     attach_url = (base_url or (spec.base_url if spec.kind == "attach" else "")).rstrip("/")
     if attach_url:
         check_url(attach_url, "--perf-base-url" if base_url else "[server] base_url")
@@ -272,15 +294,33 @@ def start_server(
             hold_gpus(spec.gpus, stack, lock_wait_s)
         if spec.port:
             _check_port_free(spec.host, spec.port)
+        server, pre, env = _launch(spec, keys, log_dir, stack)
+    _read_provenance(server, spec, keys.headers(), redactor)
+    if pre is not None and server.process is not None:
+        server.versions.update(pre.versions)
+        server.notes.extend(pre.warnings)
+        server.autotune = verify(spec, pre, server.process, server.info, env)
+    return server
+
+
+def _launch(
+    spec: ServerSpec, keys: ServerKeys, log_dir: Path, stack: ExitStack
+) -> tuple[RunningServer, SGLangPreflight | None, dict[str, str]]:
+    """Launch ``spec`` and wait until it is ready: the server, SGLang's preflight and the server's
+    environment. On a port perfgate picked, relaunch on another when the server died because
+    something bound that port first."""
+    taken: list[int] = []
+    while True:
         port = spec.port or _free_port(spec.host, _SGLANG_MAX_PORT if spec.kind == "sglang" else 65535)
         argv, extra_env = build_command(spec, port, keys)
         env = {**os.environ, **extra_env}
+        pre = None
         if spec.kind == "sglang":
             pre = preflight(spec, argv[0], env)
             env = pre.plan.apply(env)
             extra_env = pre.plan.apply(extra_env)
         log_path = log_dir / f"server-{spec.kind}-{port}.log"
-        proc = launch(argv, env, log_path, redactor=redactor)
+        proc = launch(argv, env, log_path, redactor=keys.redactor)
         server = RunningServer(
             spec.kind,
             f"http://{spec.host}:{port}",
@@ -290,18 +330,32 @@ def start_server(
             0.0,
             spec.gpus,
             process=proc,
-            env=redactor.env(extra_env),
+            env=keys.redactor.env(extra_env),
         )
         stack.callback(_stop, server, spec)
-        server.boot_s = wait_ready(
-            server.base_url + spec.ready_path, spec.startup_timeout_s, headers=keys.headers(), process=proc
-        )
-    _read_provenance(server, spec, keys.headers(), redactor)
-    if pre is not None and server.process is not None:
-        server.versions.update(pre.versions)
-        server.notes.extend(pre.warnings)
-        server.autotune = verify(spec, pre, server.process, server.info, env)
-    return server
+        try:
+            server.boot_s = wait_ready(
+                server.base_url + spec.ready_path, spec.startup_timeout_s, headers=keys.headers(), process=proc
+            )
+        except ServerError:
+            if spec.port or len(taken) + 1 >= _BIND_ATTEMPTS or not _lost_its_port(proc):
+                raise
+            taken.append(port)
+            continue
+        if taken:
+            server.notes.append(
+                f"port{'s' if len(taken) > 1 else ''} {', '.join(map(str, taken))} taken by another process "
+                f"before the server bound it; relaunched on {port} (logs: {log_dir})"
+            )
+        return server, pre, env
+
+
+def _lost_its_port(proc: ServerProcess) -> bool:
+    """The server exited because its listening port was in use (uvicorn, Python and C servers alike)."""
+    if proc.popen.poll() is None:
+        return False
+    tail = tail_block(proc.log_path).lower()
+    return "address already in use" in tail or "errno 98" in tail or "eaddrinuse" in tail
 
 
 def _read_provenance(server: RunningServer, spec: ServerSpec, headers: dict[str, str], redactor: Redactor) -> None:
