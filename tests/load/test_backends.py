@@ -6,14 +6,14 @@ import json
 from dataclasses import replace
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from perfgate.load._backends import (
     BACKENDS,
     SGLangBackend,
     StreamState,
-    _running_completion_tokens,
+    _running_counts,
 )
 
 # Fragments that look like the keys the fast path searches for, to be hidden inside strings.
@@ -26,7 +26,9 @@ _finish = st.one_of(
 
 @st.composite
 def generate_chunks(draw) -> dict:
-    meta: dict = {"id": draw(_texts), "finish_reason": draw(_finish), "prompt_tokens": draw(st.integers(0, 9))}
+    meta: dict = {"id": draw(_texts), "finish_reason": draw(_finish)}
+    if draw(st.booleans()):
+        meta["prompt_tokens"] = draw(st.integers(0, 9) | st.none() | st.just(1.5))
     if draw(st.booleans()):
         meta["completion_tokens"] = draw(st.integers(0, 10_000) | st.just(True) | st.just(2.0))
     if draw(st.booleans()):
@@ -55,6 +57,17 @@ def _dump(chunk: dict, compact: bool, ascii_only: bool) -> bytes:
     ascii_only=st.booleans(),
     before=st.builds(StreamState, tokens=st.integers(0, 50), server_tokens=st.none() | st.integers(0, 50)),
 )
+# Found by CI on 2026-12-03: the fast path left the prompt count unread.
+@example(
+    chunk={
+        "text": "",
+        "output_ids": [],
+        "meta_info": {"finish_reason": None, "prompt_tokens": 0, "completion_tokens": 0},
+    },
+    compact=True,
+    ascii_only=False,
+    before=StreamState(),
+)
 def test_generate_fast_path_agrees_with_json(chunk, compact, ascii_only, before):
     payload = _dump(chunk, compact, ascii_only)
     fast, slow = replace(before), replace(before)
@@ -69,13 +82,16 @@ def _sim_like_chunk(n: int, finish: object = None) -> bytes:
 
 
 def test_running_generate_chunks_take_the_fast_path_and_final_ones_do_not():
-    assert _running_completion_tokens(_sim_like_chunk(37)) == 37
-    assert _running_completion_tokens(_sim_like_chunk(37).replace(b":37", b": 37 ")) == 37
+    assert _running_counts(_sim_like_chunk(37)) == (37, 16)
+    assert _running_counts(_sim_like_chunk(37).replace(b":37", b": 37 ")) == (37, 16)
+    assert _running_counts(_sim_like_chunk(37).replace(b'"prompt_tokens":16,', b"")) == (37, None)
+    # A prompt count json.loads must judge (null, a float) sends the chunk there.
+    assert _running_counts(_sim_like_chunk(37).replace(b'"prompt_tokens":16', b'"prompt_tokens":null')) is None
     # The final chunk carries the finish reason the client keeps: parsed in full.
-    assert _running_completion_tokens(_sim_like_chunk(40, {"type": "length", "length": 40})) is None
+    assert _running_counts(_sim_like_chunk(40, {"type": "length", "length": 40})) is None
     # Truncated or malformed numbers are never read as a shorter count.
-    assert _running_completion_tokens(_sim_like_chunk(37)[:-30]) is None
-    assert _running_completion_tokens(_sim_like_chunk(37).replace(b":37", b":3.7")) is None
+    assert _running_counts(_sim_like_chunk(37)[:-30]) is None
+    assert _running_counts(_sim_like_chunk(37).replace(b":37", b":3.7")) is None
 
 
 def test_generate_stream_counts_tokens_and_keeps_the_final_reason():

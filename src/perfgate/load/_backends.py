@@ -89,12 +89,32 @@ def _error_text(obj: Any) -> str:
 # Keys as orjson writes them (SGLang's compact layout); any other spacing takes the JSON path.
 _META_KEY = b'"meta_info":{'
 _CT_KEY = b'"completion_tokens":'
+_PT_KEY = b'"prompt_tokens":'
 _FR_KEY = b'"finish_reason":'
+_ABSENT = -1
 
 
-def _running_completion_tokens(payload: bytes) -> int | None:
-    """``meta_info.completion_tokens`` of a /generate chunk that is neither the last nor an
-    error, read from the bytes; None means "parse the JSON instead".
+def _tail_count(payload: bytes, key: bytes, meta: int, last: int) -> int | None:
+    """The whole non-negative integer after the last ``key`` in the flat ``meta_info`` tail,
+    ``_ABSENT`` when the key is not there, None when its value is anything else (null, a float,
+    a sign: json.loads decides those)."""
+    at = payload.rfind(key, meta)
+    if at < 0:
+        return _ABSENT
+    at += len(key)
+    comma = payload.find(b",", at, last)
+    number = payload[at : comma if comma >= 0 else last - 1]
+    if not number.isdigit():
+        # JSON allows whitespace around a number; int() would also take signs and underscores.
+        number = number.strip()
+        if not number.isdigit():
+            return None
+    return int(number)
+
+
+def _running_counts(payload: bytes) -> tuple[int, int | None] | None:
+    """``meta_info``'s (completion_tokens, prompt_tokens or None when absent) of a /generate chunk
+    that is neither the last nor an error, read from the bytes; None means "parse the JSON instead".
 
     /generate chunks repeat the whole text and output_ids so far, so a JSON parse per chunk
     costs O(length) and would dominate the client's CPU. Inside a JSON string every ``"`` is
@@ -102,11 +122,12 @@ def _running_completion_tokens(payload: bytes) -> int | None:
     only when the chunk ends with its ``meta_info`` object (SGLang's layout) and that object
     is flat (no ``}`` inside it, so its keys are its own; with duplicate keys the last one
     counts, as in json.loads), holds ``"finish_reason"`` as null (so the final chunk, whose
-    reason is kept, is parsed) and ``"completion_tokens"`` as a whole non-negative integer,
-    and no ``"error"`` string comes before it. Every other chunk, including other whitespace
-    styles, goes through json.loads. The rest of the chunk is not validated. One scan covers
-    the text and output_ids (for ``"error"``); the rest reads the short tail, with as few
-    calls as it can: in CPython a call costs more than scanning a kilobyte.
+    reason is kept, is parsed), ``"completion_tokens"`` as a whole non-negative integer and
+    ``"prompt_tokens"``, if there, as one too, and no ``"error"`` string comes before it. Every
+    other chunk, including other whitespace styles, goes through json.loads. The rest of the
+    chunk is not validated. One scan covers the text and output_ids (for ``"error"``); the rest
+    reads the short tail, with as few calls as it can: in CPython a call costs more than
+    scanning a kilobyte.
     """
     last = len(payload) - 1
     if last < 1 or payload[last] != 0x7D:  # '}'
@@ -115,20 +136,13 @@ def _running_completion_tokens(payload: bytes) -> int | None:
     if meta < 0 or payload.find(b"}", meta) != last - 1:
         return None
     fr = payload.rfind(_FR_KEY, meta)
-    ct = payload.rfind(_CT_KEY, meta)
-    if fr < 0 or ct < 0 or not payload.startswith(b"null", fr + len(_FR_KEY)):
+    if fr < 0 or not payload.startswith(b"null", fr + len(_FR_KEY)):
         return None
-    ct += len(_CT_KEY)
-    comma = payload.find(b",", ct, last)
-    number = payload[ct : comma if comma >= 0 else last - 1]
-    if not number.isdigit():
-        # JSON allows whitespace around a number; int() would also take signs and underscores.
-        number = number.strip()
-        if not number.isdigit():
-            return None
-    if payload.find(b'"error"', 0, meta) >= 0:
+    ct = _tail_count(payload, _CT_KEY, meta, last)
+    pt = _tail_count(payload, _PT_KEY, meta, last)
+    if ct is None or ct == _ABSENT or pt is None or payload.find(b'"error"', 0, meta) >= 0:
         return None
-    return int(number)
+    return ct, None if pt == _ABSENT else pt
 
 
 class SGLangBackend(Backend):
@@ -147,11 +161,14 @@ class SGLangBackend(Backend):
         )
 
     def feed(self, payload: bytes, state: StreamState) -> int:
-        ct = _running_completion_tokens(payload)
-        if ct is None:
+        counts = _running_counts(payload)
+        if counts is None:
             return self.feed_parsed(json.loads(payload), state)
+        ct, pt = counts
         new = ct - (state.server_tokens or 0)
         state.server_tokens = ct
+        if pt is not None:
+            state.server_prompt_tokens = pt
         if new > 0:
             state.tokens += new
             state.content_chunks += 1
