@@ -309,16 +309,18 @@ def _launch(
     """Launch ``spec`` and wait until it is ready: the server, SGLang's preflight and the server's
     environment. On a port perfgate picked, relaunch on another when the server died because
     something bound that port first."""
+    port = spec.port or _pick_port(spec)
+    argv, extra_env = build_command(spec, port, keys)
+    env = {**os.environ, **extra_env}
+    pre = None
+    # Once, not per launch: it runs SGLang's --help (torch imports), snapshots the autotune cache
+    # and checks the GPUs are free, which a dead launch's lingering workers could fail.
+    if spec.kind == "sglang":
+        pre = preflight(spec, argv[0], env)
+        env = pre.plan.apply(env)
+        extra_env = pre.plan.apply(extra_env)
     taken: list[int] = []
     while True:
-        port = spec.port or _free_port(spec.host, _SGLANG_MAX_PORT if spec.kind == "sglang" else 65535)
-        argv, extra_env = build_command(spec, port, keys)
-        env = {**os.environ, **extra_env}
-        pre = None
-        if spec.kind == "sglang":
-            pre = preflight(spec, argv[0], env)
-            env = pre.plan.apply(env)
-            extra_env = pre.plan.apply(extra_env)
         log_path = log_dir / f"server-{spec.kind}-{port}.log"
         proc = launch(argv, env, log_path, redactor=keys.redactor)
         server = RunningServer(
@@ -341,6 +343,9 @@ def _launch(
             if spec.port or len(taken) + 1 >= _BIND_ATTEMPTS or not _lost_its_port(proc):
                 raise
             taken.append(port)
+            port = _pick_port(spec)
+            # Only the argv names the port; the environment is the one preflight planned.
+            argv = build_command(spec, port, keys)[0]
             continue
         if taken:
             server.notes.append(
@@ -348,6 +353,10 @@ def _launch(
                 f"before the server bound it; relaunched on {port} (logs: {log_dir})"
             )
         return server, pre, env
+
+
+def _pick_port(spec: ServerSpec) -> int:
+    return _free_port(spec.host, _SGLANG_MAX_PORT if spec.kind == "sglang" else 65535)
 
 
 def _lost_its_port(proc: ServerProcess) -> bool:
