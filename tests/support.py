@@ -14,6 +14,11 @@ from perfgate.profile import ServerSpec
 # The gate tests a user runs (perf_tests/test_serving.py), for pytester runs of the plugin.
 PERF_TESTS = (Path(__file__).resolve().parents[1] / "perf_tests" / "test_serving.py").read_text()
 
+# The first arguments of every gate the suite starts in a pytest subprocess. Hypothesis is in the
+# suite's environment, not the gate's: its pytest plugin imports hypothesis in every process it is
+# loaded in (0.35 s of CPU), and the suite starts some 400 gates.
+GATE_PYTEST_ARGS = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest")
+
 
 def sim_spec(**sim: object) -> ServerSpec:
     """A fast simulator: tiny time scale, short startup, plus the given [server.sim] options."""

@@ -14,12 +14,13 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
 from perfgate.cli import main
-from tests.support import PERF_TESTS, processes_with, workload_baselines
+from tests.support import GATE_PYTEST_ARGS, PERF_TESTS, processes_with, workload_baselines
 
 PROFILE = """
 name = "ab-fast"
@@ -64,12 +65,14 @@ SLOW = "PERFGATE_SIM_SLOWDOWN=4"
 @pytest.fixture
 def profile(tmp_path: Path) -> Path:
     path = tmp_path / "ab-fast.toml"
-    path.write_text(PROFILE.format(marker=f"ab-e2e-{tmp_path.name}"))
+    path.write_text(PROFILE.format(marker=f"ab-e2e-{uuid.uuid4().hex[:12]}"))
     return path
 
 
 def _marker(profile: Path) -> str:
-    return f"ab-e2e-{profile.parent.name}"
+    """The profile's unique model path: under pytest-xdist, two workers' tmp_path names can be alike."""
+    (marker,) = re.findall(r'model_path = "sim/(ab-e2e-[0-9a-f]+)"', profile.read_text())
+    return marker
 
 
 def ab(profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -297,8 +300,7 @@ def test_pytest_perf_ab_reports_the_ab_in_the_four_gate_tests(pytester: pytest.P
         pytester._monkeypatch.delenv(k)
     baselines = pytester.path / "baselines"
     result = pytester.runpytest_subprocess(
-        "-p",
-        "no:cacheprovider",
+        *GATE_PYTEST_ARGS,
         f"--perf-profile={profile}",
         "-k",
         "c16",
@@ -339,7 +341,7 @@ def test_pytest_perf_ab_reports_the_ab_in_the_four_gate_tests(pytester: pytest.P
 )
 def test_pytest_perf_ab_usage_errors(pytester: pytest.Pytester, profile: Path, args: list[str], message: str) -> None:
     pytester.makepyfile(test_serving=PERF_TESTS)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--perf-profile={profile}", *args)
+    result = pytester.runpytest_subprocess(*GATE_PYTEST_ARGS, f"--perf-profile={profile}", *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert message in result.stderr.str()
 
@@ -347,7 +349,7 @@ def test_pytest_perf_ab_usage_errors(pytester: pytest.Pytester, profile: Path, a
 def test_pytest_perf_ab_with_a_bad_candidate_stops_at_collection(pytester: pytest.Pytester, profile: Path) -> None:
     pytester.makepyfile(test_serving=PERF_TESTS)
     result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", f"--perf-profile={profile}", "--perf-ab", "--perf-candidate-python=/no/python"
+        *GATE_PYTEST_ARGS, f"--perf-profile={profile}", "--perf-ab", "--perf-candidate-python=/no/python"
     )
     assert result.ret == pytest.ExitCode.INTERRUPTED
     assert "perfgate: --perf-candidate-python /no/python: no such interpreter" in result.stdout.str()

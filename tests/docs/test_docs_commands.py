@@ -326,7 +326,7 @@ def test_the_quick_start_is_the_two_commands_and_ci_runs_the_second_verbatim():
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     start = (REPO / "docs" / "getting-started.md").read_text(encoding="utf-8")
     first = "python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' && .venv/bin/pytest perf_tests"
-    second = "python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' && .venv/bin/pytest"
+    second = "python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' && .venv/bin/pytest -n 4"
     block = f"```bash\n{first}\n{second}\n```"
     assert block in readme and block in start
     assert second + "\n" in (REPO / ".ci" / "run").read_text(encoding="utf-8")

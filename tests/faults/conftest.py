@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support import processes_with
+from tests.support import GATE_PYTEST_ARGS, processes_with
 
 REPO = Path(__file__).resolve().parents[2]
 PERF_TESTS = (REPO / "perf_tests" / "test_serving.py").read_text()
@@ -142,8 +142,7 @@ class Gate:
             sys.executable,
             "-m",
             "pytest",
-            "-p",
-            "no:cacheprovider",
+            *GATE_PYTEST_ARGS,
             "-rs",
             f"--rootdir={self.path}",
             f"--perf-profile={profile}",

@@ -17,7 +17,7 @@ from contextlib import ExitStack
 
 import pytest
 
-from tests.faults.conftest import Gate, quirky_command
+from tests.faults.conftest import LOOSE, Gate, quirky_command
 from tests.support import is_workload_baseline, processes_with, workload_baselines
 
 FAILED, INTERRUPTED, USAGE = (
@@ -317,9 +317,14 @@ def _doctored_baseline(gate: Gate) -> None:
     path.write_text(json.dumps(doc, sort_keys=True, indent=2) + "\n")
 
 
+# Tight on the doctored metric only: the others keep the loose tolerances of every case, so that
+# a record and a gate run on a loaded machine (TPOT +5.6 % seen under pytest-xdist) do not fail them.
+DOCTORED_TOLERANCE = LOOSE.replace("output_throughput = 0.25", "output_throughput = 0.03")
+
+
 def test_inconclusive_runs_more_repeats_then_fails(gate: Gate) -> None:
     _doctored_baseline(gate)
-    outcome = gate.run(gate="max_repeats = 4", tolerance="{ output_throughput = 0.03 }")
+    outcome = gate.run(gate="max_repeats = 4", tolerance=DOCTORED_TOLERANCE)
     assert outcome.ret == FAILED, outcome.out[-3000:]
     assert "INCONCLUSIVE, the 4 vs 3 repeats cannot tell the change from noise" in outcome.out
     assert summary_row(outcome.out, "output_throughput").endswith("INCONCLUSIVE")
@@ -327,7 +332,7 @@ def test_inconclusive_runs_more_repeats_then_fails(gate: Gate) -> None:
 
 def test_inconclusive_as_a_warning_passes_and_says_so(gate: Gate) -> None:
     _doctored_baseline(gate)
-    outcome = gate.run(gate='max_repeats = 3\ninconclusive = "warn"', tolerance="{ output_throughput = 0.03 }")
+    outcome = gate.run(gate='max_repeats = 3\ninconclusive = "warn"', tolerance=DOCTORED_TOLERANCE)
     assert outcome.ret == 0, outcome.out[-3000:]
     assert summary_row(outcome.out, "output_throughput").endswith("INCONCLUSIVE (warning)")
 

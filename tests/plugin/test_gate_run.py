@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import PERF_TESTS, workload_baselines
+from tests.support import GATE_PYTEST_ARGS, PERF_TESTS, workload_baselines
 
 PROFILE = """
 name = "fast-sim"
@@ -97,8 +97,7 @@ def gate(pytester: pytest.Pytester, tmp_path: Path):
         for k, v in (env or {}).items():
             pytester._monkeypatch.setenv(k, v)
         return pytester.runpytest_subprocess(
-            "-p",
-            "no:cacheprovider",
+            *GATE_PYTEST_ARGS,
             "-rs",
             f"--perf-profile={profile}",
             f"--perf-baselines={baselines}",
@@ -256,8 +255,7 @@ def test_ctrl_c_mid_run_stops_the_server_and_leaves_nothing(pytester, tmp_path):
             sys.executable,
             "-m",
             "pytest",
-            "-p",
-            "no:cacheprovider",
+            *GATE_PYTEST_ARGS,
             f"--perf-profile={profile}",
             f"--perf-baselines={tmp_path}",
         ],

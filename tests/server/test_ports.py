@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import uuid
 from contextlib import ExitStack
 from dataclasses import replace
 
@@ -65,7 +66,7 @@ class _Taken:
 
 
 def test_a_port_taken_before_the_server_binds_it_is_relaunched_on_another(tmp_path, monkeypatch):
-    spec = replace(sim_spec(), model_path=f"ports-{tmp_path.name}")
+    spec = replace(sim_spec(), model_path=f"ports-{uuid.uuid4().hex[:12]}")
     with ExitStack() as holders:
         taken = _Taken(holders, 2)
         monkeypatch.setattr(server_mod, "_free_port", taken)
@@ -82,7 +83,7 @@ def test_a_port_taken_before_the_server_binds_it_is_relaunched_on_another(tmp_pa
 
 
 def test_a_port_taken_at_every_try_fails_with_the_servers_complaint(tmp_path, monkeypatch):
-    spec = replace(sim_spec(), model_path=f"ports-{tmp_path.name}")
+    spec = replace(sim_spec(), model_path=f"ports-{uuid.uuid4().hex[:12]}")
     with ExitStack() as holders:
         taken = _Taken(holders, server_mod._BIND_ATTEMPTS)
         monkeypatch.setattr(server_mod, "_free_port", taken)

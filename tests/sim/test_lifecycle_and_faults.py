@@ -48,7 +48,8 @@ def sims(launch_sim):
 
 
 def test_503_until_warmup_then_200_and_the_ready_line(sim_factory) -> None:
-    sim = sim_factory("--startup-delay-s", "1.5", ready=False)
+    # Long enough for the three probes below on a loaded machine (1.5 s was not, under pytest-xdist).
+    sim = sim_factory("--startup-delay-s", "4", ready=False)
     sim.wait_listening()
     assert httpx.get(sim.url + "/health").status_code == 503
     assert httpx.get(sim.url + "/health_generate").status_code == 503
