@@ -234,7 +234,9 @@ async def dcgm_metrics(request: web.Request) -> web.Response:
     srv.dcgm_scrapes += 1
     faults = srv.opts.telemetry_faults
     if faults.dcgm == "hang" and srv.dcgm_scrapes > HANG_AFTER_SCRAPES:
-        await asyncio.sleep(3600)
+        # Until the simulator shuts down: a sleep would hold its graceful shutdown up too.
+        await srv.shutting_down.wait()
+        raise web.HTTPServiceUnavailable()
     text = render_dcgm(srv.gpus, srv.power, time.monotonic(), srv.opts.dcgm_names == "new")
     return web.Response(text=faults.dcgm_text(text, srv.dcgm_scrapes), content_type="text/plain")
 
@@ -495,11 +497,16 @@ async def tokenize(request: web.Request) -> web.Response:
     return _json({**answer, "max_model_len": opts.max_total_tokens})
 
 
+async def _shutting_down(app: web.Application) -> None:
+    app[_SERVER].shutting_down.set()
+
+
 def build_app(srv: SimServer) -> web.Application:
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app[_SERVER] = srv
     app.on_startup.append(srv.start)
     app.on_cleanup.append(srv.stop)
+    app.on_shutdown.append(_shutting_down)
     app.router.add_get("/health", health)
     app.router.add_get("/health_generate", health)
     app.router.add_get("/ready", health)
