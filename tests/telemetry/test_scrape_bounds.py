@@ -152,3 +152,17 @@ def test_a_counter_that_reads_nan_is_not_measured_not_zero(counted):
     assert w.generation_tokens is None and "server_gen_throughput" not in w.metrics()
     assert any("reported NaN or infinite counters (generation_tokens)" in n for n in w.notes)
     assert not math.isnan(w.prompt_tokens or 0.0)
+
+
+def test_an_endpoint_without_a_monitored_gpu_is_not_polled(endpoint):
+    url, handler = endpoint
+    other = type("Other", (_Endpoint,), {"answers": [], "served": []})
+    gpu = 'DCGM_FI_DEV_POWER_USAGE{{gpu="0",UUID="GPU-{}",Hostname="{}"}} 100\n'
+    handler.answers.append((gpu.format("a", "h1").encode(), True, 0.0))
+    other.answers.append((gpu.format("b", "h2").encode(), True, 0.0))
+    with loopback_http(other) as server:
+        source = DcgmSource([url + "/metrics", f"http://127.0.0.1:{server.server_address[1]}/metrics"], ["GPU-a"])
+        batch = source.poll(time.monotonic, full=True, counters=True)
+        source.close()
+    assert len(batch.samples) == 1 and batch.events == ()
+    assert (len(handler.served), len(other.served)) == (2, 1)

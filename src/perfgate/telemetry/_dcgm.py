@@ -158,6 +158,8 @@ class DcgmSource:
             raise
         self._wanted = {(i.hostname, i.uuid) for i in self._idents}
         self._url_of = {(r.hostname, r.uuid): url for url, rs in readings.items() for r in rs}
+        # An endpoint with none of the monitored GPUs is not polled (nor said to have failed).
+        self._endpoints = [u for u in self._endpoints if any(self._url_of.get(w) == u for w in self._wanted)]
 
     def _scrape(self, url: str) -> list[DcgmReading]:
         text = bounded_get(self._client, url, self._limits)
