@@ -236,15 +236,15 @@ def test_multi_turn_sessions_wait_think_interleave_and_hit_the_cache(tmp_path, p
     assert hit_chat == pytest.approx(624 / 1048, abs=0.02) and hit_random < 0.01
 
 
-def _repeat(values, *, unmeasured=None, server_note=""):
+def _repeat(values, *, unmeasured=None, server_note="", telemetry=None, server=None, records=()):
     from types import SimpleNamespace
 
     from perfgate.session import RepeatResult
 
-    load = SimpleNamespace(records=[], client=SimpleNamespace(valid=True), steady_warmup=None)
+    load = SimpleNamespace(records=list(records), client=SimpleNamespace(valid=True), steady_warmup=None)
     # One completed request: a repeat without any is invalid for that reason alone.
-    metrics = SimpleNamespace(values=values, failed=0, completed=1, steady=None, unmeasured=unmeasured or {})
-    return RepeatResult(load, metrics, None, server_note=server_note)  # type: ignore[arg-type]
+    metrics = SimpleNamespace(values=values, failed=0, completed=1, steady=None, unmeasured=unmeasured or {}, notes=[])
+    return RepeatResult(load, metrics, telemetry, server_note=server_note, server=server)  # type: ignore[arg-type]
 
 
 # Every client metric measured: what a repeat that measured everything carries.
@@ -313,3 +313,38 @@ def test_a_gated_client_metric_the_repeat_did_not_measure_makes_the_run_invalid(
     nan = CLIENT | dict.fromkeys(unmeasured, float("nan"))
     assert s.invalid_reasons(workload, [_repeat(nan, unmeasured=why)]) == reasons
     assert s.invalid_reasons(workload, [_repeat(CLIENT)]) == []
+
+
+LIED = "GPU 0 (…0000beef) from dcgm-exporter http://x/metrics: power_avg_w nan is not a finite number; ..."
+
+
+def _telemetry(mean_power_w, unmeasured=""):
+    from perfgate.telemetry import GpuWindow, TelemetryWindow
+
+    gpu = GpuWindow(0, "GPU-0000beef", "H200", mean_power_w=mean_power_w, unmeasured=unmeasured)
+    return TelemetryWindow(0.0, 1.0, "dcgm", (gpu,))
+
+
+def test_a_gated_power_floor_that_telemetry_could_not_measure_makes_the_run_invalid(tmp_path):
+    s = session(tmp_path, SHARED.replace('name = "shared"', 'name = "shared"\nfloors = { gpu_power_min_w = 100 }'))
+    workload = s.profile.workload("shared")
+    window = _telemetry(None, f"GPU 0 (…0000beef): no power reading in the window ({LIED})")
+    rep = _repeat(CLIENT | window.metrics(), telemetry=window)
+    assert s.invalid_reasons(workload, [rep]) == [
+        f"repeat 1: gated gpu_power_min_w not measured (GPU 0 (…0000beef): no power reading in the window ({LIED}))"
+    ]
+    measured = _telemetry(300.0)
+    assert s.invalid_reasons(workload, [_repeat(CLIENT | measured.metrics(), telemetry=measured)]) == []
+    # Without any telemetry source power is "not measured" with its reason, and require_power decides.
+    assert s.invalid_reasons(workload, [_repeat(CLIENT)]) == []
+
+
+def test_a_server_that_counted_zero_output_tokens_is_a_note_not_a_crash():
+    from types import SimpleNamespace
+
+    from perfgate.telemetry import ServerWindow
+
+    server = ServerWindow("sglang", 0.0, 1.0, 0.0, 1.0, 1, 100.0, 0.0, 0.0, "")
+    rep = _repeat(CLIENT, server=server, records=[SimpleNamespace(output_tokens=16, chunk_tokens=[1] * 16)] * 4)
+    assert rep.output_token_gap() == -1.0
+    assert "the server counted 0 output tokens, the client 64 (-100.0%)" in rep.notes()

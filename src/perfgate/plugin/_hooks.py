@@ -177,7 +177,9 @@ def _header(summary: RunSummary) -> list[str]:
     else:
         lines.append(f"GPU power: not measured ({summary.telemetry_note})")
     if summary.server_metrics_url:
-        lines.append(f"server metrics: {summary.server_metrics_url}")
+        # A note beside the URL: the source was dropped mid-run (an answer past a bound).
+        note = f" ({summary.server_metrics_note})" if summary.server_metrics_note else ""
+        lines.append(f"server metrics: {summary.server_metrics_url}{note}")
     elif summary.server_metrics_note:
         lines.append(f"server metrics: {summary.server_metrics_note}")
     return lines

@@ -147,7 +147,21 @@ class GatePolicy:
             if missing:
                 why = r.server_note or "the server's /metrics does not report it"
                 reasons.append(f"repeat {i}: gated {', '.join(missing)} not measured ({why})")
+            reasons += [f"repeat {i}: {why}" for why in self._unmeasured_telemetry(workload, r, values)]
         return reasons
+
+    def _unmeasured_telemetry(self, workload: Workload, repeat: RepeatResult, values: Mapping[str, float]) -> list[str]:
+        """The gated power metrics this repeat has no number for while telemetry ran: its readings
+        could not be true, or its source stopped answering. (Without any telemetry source, power is
+        reported as not measured, with the reason, and ``require_power`` decides.)"""
+        window = repeat.telemetry
+        if window is None:
+            return []
+        by_why: dict[str, list[str]] = {}
+        for m in sorted(self._rule_names(workload)):
+            if metric(m).source == "telemetry" and not math.isfinite(values.get(m, math.nan)):
+                by_why.setdefault(window.unmeasured(m), []).append(m)
+        return [f"gated {', '.join(ms)} not measured ({why})" for why, ms in by_why.items()]
 
     def _unmeasured_client_metrics(self, workload: Workload, repeat: RepeatResult) -> list[str]:
         """The gated client metrics this repeat has no number for: the verdict would call them

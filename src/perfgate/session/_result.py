@@ -82,25 +82,32 @@ class RepeatResult:
             )
         return reasons
 
+    def _client_output_tokens(self) -> int:
+        return sum(r.output_tokens if r.output_tokens is not None else sum(r.chunk_tokens) for r in self.load.records)
+
     def output_token_gap(self) -> float | None:
         """(server-counted - client-counted) / client-counted output tokens of every measured request,
-        failed ones included; None when the server counts none or the client saw none."""
+        failed ones included; None when the server's counter was not read or the client saw none."""
         if self.server is None or self.server.generation_tokens is None:
             return None
-        client = sum(r.output_tokens if r.output_tokens is not None else sum(r.chunk_tokens) for r in self.load.records)
+        client = self._client_output_tokens()
         return (self.server.generation_tokens - client) / client if client else None
 
     def notes(self) -> list[str]:
-        """What the metrics, the server's window and the token comparison have to say about this repeat."""
+        """What the metrics, the telemetry and the server's windows and the token comparison have to
+        say about this repeat."""
         notes = list(self.metrics.notes)
+        if self.telemetry is not None:
+            notes += self.telemetry.rejected
         if self.server is not None:
             notes += self.server.notes
         gap = self.output_token_gap()
         server_tokens = self.server.generation_tokens if self.server is not None else None
         if gap is not None and server_tokens is not None and abs(gap) > _GAP_NOTE:
+            # The client's count itself, not server / (1 + gap): a server that counted 0 makes that 0 / 0.
             notes.append(
                 f"the server counted {server_tokens:,.0f} output tokens, the client "
-                f"{server_tokens / (1 + gap):,.0f} ({gap:+.1%})"
+                f"{self._client_output_tokens():,.0f} ({gap:+.1%})"
             )
         return notes
 

@@ -217,6 +217,8 @@ class ServerStack:
                 server = self._server_monitor.summarize(load.start_s, load.end_s, t0, t1)
             except TelemetryError as e:
                 server_note = str(e)
+            # Said once, in the summary's header, beside the URL it was read from.
+            self.server_metrics_note = self._server_monitor.dropped
         if self._monitor is None:
             return RepeatResult(
                 load, metrics, None, self.telemetry_note or "telemetry disabled", server=server, server_note=server_note

@@ -31,6 +31,7 @@ from perfgate.sim._server import (
     log,
     plan_faults,
 )
+from perfgate.sim._telemetry_faults import HANG_AFTER_SCRAPES
 
 PROFILE_ID = re.compile(r"[A-Za-z0-9._-]{1,100}")
 _SERVER: web.AppKey[SimServer] = web.AppKey("sim", SimServer)
@@ -222,13 +223,22 @@ async def stop_profile(request: web.Request) -> web.Response:
 async def metrics(request: web.Request) -> web.Response:
     srv = _srv(request)
     body = render_metrics(srv.metrics, srv.gauges)
+    faults = srv.opts.telemetry_faults
+    if faults.metrics:
+        body = faults.metrics_text(body.decode()).encode()
     return web.Response(body=body, content_type="text/plain", charset="utf-8")
 
 
 async def dcgm_metrics(request: web.Request) -> web.Response:
     srv = _srv(request)
+    srv.dcgm_scrapes += 1
+    faults = srv.opts.telemetry_faults
+    if faults.dcgm == "hang" and srv.dcgm_scrapes > HANG_AFTER_SCRAPES:
+        # Until the simulator shuts down: a sleep would hold its graceful shutdown up too.
+        await srv.shutting_down.wait()
+        raise web.HTTPServiceUnavailable()
     text = render_dcgm(srv.gpus, srv.power, time.monotonic(), srv.opts.dcgm_names == "new")
-    return web.Response(text=text, content_type="text/plain")
+    return web.Response(text=faults.dcgm_text(text, srv.dcgm_scrapes), content_type="text/plain")
 
 
 async def truth(request: web.Request) -> web.Response:
@@ -487,11 +497,16 @@ async def tokenize(request: web.Request) -> web.Response:
     return _json({**answer, "max_model_len": opts.max_total_tokens})
 
 
+async def _shutting_down(app: web.Application) -> None:
+    app[_SERVER].shutting_down.set()
+
+
 def build_app(srv: SimServer) -> web.Application:
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app[_SERVER] = srv
     app.on_startup.append(srv.start)
     app.on_cleanup.append(srv.stop)
+    app.on_shutdown.append(_shutting_down)
     app.router.add_get("/health", health)
     app.router.add_get("/health_generate", health)
     app.router.add_get("/ready", health)

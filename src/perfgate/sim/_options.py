@@ -17,6 +17,7 @@ from functools import cache
 
 from perfgate.sim._engine import SimConfig
 from perfgate.sim._kernels import SlowKernel, slow_kernel_from_env
+from perfgate.sim._telemetry_faults import TelemetryFaults, telemetry_faults_from_env
 
 SLOWDOWN_ENV = "PERFGATE_SIM_SLOWDOWN"
 # The version the simulator reports as its own ("" = its real one): lets a test play two
@@ -83,6 +84,7 @@ class SimOptions:
     corrupt_above_batch: int = 0
     nan_logprobs: bool = False
     slow_kernel: SlowKernel = field(default_factory=SlowKernel)
+    telemetry_faults: TelemetryFaults = field(default_factory=TelemetryFaults)
 
     def engine_config(self) -> SimConfig:
         """The performance-model part of the options."""
@@ -94,6 +96,8 @@ class SimOptions:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         slow = self.slow_kernel
         out["slow_kernel"] = f"{slow.name}:{slow.factor:g}" if slow.name else ""
+        faults = self.telemetry_faults
+        out["telemetry_faults"] = {"dcgm": faults.dcgm, "metrics": faults.metrics}
         return out
 
 
@@ -356,6 +360,7 @@ def parse_options(argv: Sequence[str], environ: os._Environ[str] | dict[str, str
         no_cache = no_cache_from_env(environ)
         faults = model_faults_from_env(environ)
         slow_kernel = slow_kernel_from_env(environ)
+        telemetry_faults = telemetry_faults_from_env(environ)
     except ValueError as err:
         parser.exit(2, f"{parser.prog}: error: {err}\n")
     values = vars(ns)
@@ -369,5 +374,6 @@ def parse_options(argv: Sequence[str], environ: os._Environ[str] | dict[str, str
         corrupt_above_batch=faults.corrupt_above_batch,
         nan_logprobs=faults.nan_logprobs,
         slow_kernel=slow_kernel,
+        telemetry_faults=telemetry_faults,
         **values,
     )

@@ -597,6 +597,9 @@ class SimServer:
             nan_logprobs=opts.nan_logprobs,
         )
         self.metrics = ServerMetrics(opts.served_model_name)
+        self.dcgm_scrapes = 0
+        # Set when the app shuts down: ends what hangs on purpose (PERFGATE_SIM_DCGM_FAULT=hang).
+        self.shutting_down = asyncio.Event()
         self.truth = _Truth()
         self.gpus = make_gpus(opts.gpus, opts.gpu_name, opts.power_limit_w, opts.idle_gpus, opts.seed)
         self.power = PowerModel(opts.idle_power_w, opts.full_power_w, time.monotonic())

@@ -15,7 +15,9 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from perfgate.errors import TelemetryError
+from perfgate.telemetry._checks import plausible_limit_w
 from perfgate.telemetry._model import ActivitySpan, Batch, Event, GpuIdentity, GpuSample
+from perfgate.telemetry._scrape import ScrapeBound, ScrapeLimits, bounded_get, check_read_series, metric_lines
 from perfgate.telemetry._window import ACTIVITY_KEYS
 
 # Prometheus name -> (our field, factor to our unit). Ratios (0-1) become percent, bytes MiB.
@@ -47,6 +49,11 @@ _METRICS: Mapping[str, tuple[str, float]] = {
     "DCGM_FI_PROF_NVLINK_RX_BYTES": ("nvlink_rx_mib_s", 1 / 2**20),
 }
 
+_NAMES = frozenset(_METRICS)
+
+# dcgm-exporter answers in milliseconds; the sampler polls every 0.1 s and the run's edges wait on it.
+DCGM_LIMITS = ScrapeLimits(deadline_s=2.0)
+
 _SAMPLE_FIELDS = (
     "power_instant_w",
     "power_avg_w",
@@ -76,11 +83,11 @@ def parse_dcgm_text(text: str) -> list[DcgmReading]:
     """Parse dcgm-exporter's Prometheus text into one reading per (hostname, UUID).
 
     Raises ``ValueError`` for text the Prometheus parser rejects. Samples without a UUID label
-    and metrics perfgate does not use are ignored.
+    and metrics perfgate does not use are ignored (their lines are not even parsed).
     """
     labels_of: dict[tuple[str, str], dict[str, str]] = {}
     values_of: dict[tuple[str, str], dict[str, float]] = {}
-    for family in text_string_to_metric_families(text):
+    for family in text_string_to_metric_families("\n".join(metric_lines(text, _NAMES)) + "\n"):
         for sample in family.samples:
             spec = _METRICS.get(sample.name) or _METRICS.get(family.name)
             labels = sample.labels
@@ -112,43 +119,61 @@ class DcgmSource:
 
     ``gpus`` are UUIDs or dcgm ``gpu`` label numbers; empty means every GPU the endpoints report.
     Raises :class:`~perfgate.errors.TelemetryError` naming the URL when an endpoint cannot be
-    scraped at open, or naming the GPU when it is not reported.
+    scraped at open (an answer past ``limits`` included), or naming the GPU when it is not
+    reported. An endpoint whose answer goes past ``limits`` later is dropped for the rest of the
+    run (its GPUs are reported lost, once).
     """
 
     name = "dcgm"
 
-    def __init__(self, endpoints: Sequence[str], gpus: Sequence[int | str], *, timeout_s: float = 2.0) -> None:
+    def __init__(
+        self, endpoints: Sequence[str], gpus: Sequence[int | str], *, limits: ScrapeLimits = DCGM_LIMITS
+    ) -> None:
         if not endpoints:
             raise TelemetryError(
                 'telemetry source "dcgm" needs [telemetry].dcgm_endpoints (e.g. ["http://HOST:9400/metrics"])'
             )
         self._endpoints = list(endpoints)
-        self._client = httpx.Client(timeout=timeout_s)
+        self._limits = limits
+        self._client = httpx.Client()
         self._seen: set[str] = set()
         self._last: dict[str, tuple[float, Mapping[str, float]]] = {}
-        readings: list[DcgmReading] = []
+        readings: dict[str, list[DcgmReading]] = {}
         try:
             for url in self._endpoints:
                 try:
-                    readings += self._scrape(url)
+                    readings[url] = self._scrape(url)
+                except ScrapeBound as err:
+                    raise TelemetryError(
+                        f"dcgm-exporter endpoint (profile [telemetry].dcgm_endpoints): {err}"
+                    ) from None
                 except (httpx.HTTPError, ValueError) as err:
                     raise TelemetryError(
                         f"dcgm-exporter endpoint {url} (profile [telemetry].dcgm_endpoints) cannot be "
                         f"scraped: {err}. Check that dcgm-exporter runs there and the URL ends in /metrics."
                     ) from err
-            self._idents = _select(readings, gpus, self._endpoints)
+            self._idents = _select([r for rs in readings.values() for r in rs], gpus, self._endpoints)
         except BaseException:
             self._client.close()
             raise
         self._wanted = {(i.hostname, i.uuid) for i in self._idents}
+        self._url_of = {(r.hostname, r.uuid): url for url, rs in readings.items() for r in rs}
+        # An endpoint with none of the monitored GPUs is not polled (nor said to have failed).
+        self._endpoints = [u for u in self._endpoints if any(self._url_of.get(w) == u for w in self._wanted)]
 
     def _scrape(self, url: str) -> list[DcgmReading]:
-        response = self._client.get(url)
-        response.raise_for_status()
-        return parse_dcgm_text(response.text)
+        text = bounded_get(self._client, url, self._limits)
+        lines = metric_lines(text, _NAMES)
+        check_read_series(url, lines, self._limits)
+        return parse_dcgm_text("\n".join(lines))
 
     def identities(self) -> list[GpuIdentity]:
         return list(self._idents)
+
+    def origin(self, uuid: str) -> str:
+        """The exporter URL ``uuid``'s readings come from, for messages."""
+        urls = sorted({url for (_, u), url in self._url_of.items() if u == uuid})
+        return f"dcgm-exporter {', '.join(urls)}"
 
     def poll(self, clock: Callable[[], float], *, full: bool, counters: bool) -> Batch:
         """Scrape every endpoint once; GPUs whose values did not change since the last scrape
@@ -158,19 +183,29 @@ class DcgmSource:
         samples: list[GpuSample] = []
         spans: list[ActivitySpan] = []
         events: list[Event] = []
-        for url in self._endpoints:
+        lost: list[tuple[str, str]] = []
+        for url in list(self._endpoints):
             try:
                 readings = self._scrape(url)
+            except ScrapeBound as err:
+                self._endpoints.remove(url)
+                why = f"dcgm-exporter endpoint dropped: {err}"
+                lost += [
+                    (uuid, why) for (host, uuid), u in self._url_of.items() if u == url and (host, uuid) in self._wanted
+                ]
+                continue
             except (httpx.HTTPError, ValueError) as err:
-                message = f"dcgm-exporter endpoint {url}: scrape failed ({type(err).__name__}: {err})"
-                if message not in self._seen:
-                    self._seen.add(message)
-                    events.append(Event(clock(), f"{message}; samples skipped"))
+                self._note_once(
+                    events, clock, f"dcgm-exporter endpoint {url}: scrape failed ({type(err).__name__}: {err})"
+                )
                 continue
             t = clock()
-            for r in readings:
-                if (r.hostname, r.uuid) not in self._wanted:
-                    continue
+            wanted = [r for r in readings if (r.hostname, r.uuid) in self._wanted]
+            if not wanted:
+                self._note_once(
+                    events, clock, f"dcgm-exporter endpoint {url}: scrape failed (no reading of a monitored GPU in it)"
+                )
+            for r in wanted:
                 key = f"{r.hostname}/{r.uuid}"
                 last = self._last.get(key)
                 if last is not None and last[1] == r.values:
@@ -181,7 +216,12 @@ class DcgmSource:
                 act = {k: r.values.get(k) for k in ACTIVITY_KEYS}
                 if last is not None and any(v is not None for v in act.values()):
                     spans.append(ActivitySpan(last[0], t, r.uuid, act))
-        return Batch(tuple(samples), tuple(spans), tuple(events))
+        return Batch(tuple(samples), tuple(spans), tuple(events), tuple(lost))
+
+    def _note_once(self, events: list[Event], clock: Callable[[], float], message: str) -> None:
+        if message not in self._seen:
+            self._seen.add(message)
+            events.append(Event(clock(), f"{message}; samples skipped"))
 
     def close(self) -> None:
         self._client.close()
@@ -195,7 +235,7 @@ def _select(readings: list[DcgmReading], gpus: Sequence[int | str], urls: Sequen
             name=r.model or "?",
             pci_bus_id=r.pci_bus_id,
             hostname=r.hostname,
-            power_limit_w=r.values.get("power_limit_w"),
+            power_limit_w=plausible_limit_w(r.values.get("power_limit_w")),
             driver_version=r.driver_version,
         )
 

@@ -124,6 +124,8 @@ class GpuWindow:
     ``limit_share`` is mean power / enforced power limit (0-1). GPM/DCGM activity values are
     time-weighted averages over the window. ``throttle_s`` is seconds spent in each clock-event
     reason during the window. ``coverage_s`` is how much of the window the samples span.
+    ``rejected``: what of this GPU's readings was not used, and why (readings that cannot be true,
+    a source lost); ``unmeasured``: why ``mean_power_w`` is None ("" when it is measured).
     """
 
     index: int
@@ -154,6 +156,8 @@ class GpuWindow:
     throttle_s: Mapping[str, float] = field(default_factory=dict)
     temperature_max_c: float | None = None
     memory_used_max_mib: float | None = None
+    rejected: tuple[str, ...] = ()
+    unmeasured: str = ""
 
     @property
     def label(self) -> str:
@@ -176,6 +180,10 @@ _METRIC_ATTR: Mapping[str, str] = {
     "dram_util_mean_pct": "dram_bw_util_pct",
     "util_gpu_mean_pct": "util_gpu_pct",
 }
+
+
+# The attributes a GPU's mean power decides: GpuWindow.unmeasured says why they are None.
+_POWER_ATTRS = frozenset({"mean_power_w", "energy_j", "limit_share"})
 
 
 def _values(gpus: tuple[GpuWindow, ...], attr: str) -> list[float]:
@@ -229,6 +237,21 @@ class TelemetryWindow:
                 out[key] = reduce(values)
         return out
 
+    @property
+    def rejected(self) -> tuple[str, ...]:
+        """What of the GPUs' readings was not used, and why, each said once."""
+        return tuple(dict.fromkeys(m for g in self.gpus for m in g.rejected))
+
+    def unmeasured(self, metric: str) -> str:
+        """Why ``metric`` (a telemetry metric) has no value in this window, one line per GPU that lacks it."""
+        attr = _METRIC_ATTR.get(metric, "energy_j")
+        whys = [
+            g.unmeasured if attr in _POWER_ATTRS and g.unmeasured else f"{g.label}: {attr} not reported"
+            for g in self.gpus
+            if getattr(g, attr) is None
+        ]
+        return "; ".join(whys) or f"no {metric} in this window"
+
     def weakest_gpu(self, metric: str) -> GpuWindow:
         """The GPU with the lowest value behind ``metric`` (a key of :meth:`metrics`).
 
@@ -248,8 +271,10 @@ TELEMETRY_METRICS = catalogue.names("telemetry")
 
 @dataclass(frozen=True)
 class Batch:
-    """What one poll of a source produced."""
+    """What one poll of a source produced; ``lost``: (uuid, why) for each GPU whose readings the
+    source has given up on for the rest of the run."""
 
     samples: tuple[GpuSample, ...] = ()
     spans: tuple[ActivitySpan, ...] = ()
     events: tuple[Event, ...] = ()
+    lost: tuple[tuple[str, str], ...] = ()

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from perfgate.errors import TelemetryError
 from perfgate.gpu import NvmlUnavailable, load_nvml
 from perfgate.profile import TelemetrySpec
+from perfgate.telemetry._checks import ReadingCheck
 from perfgate.telemetry._dcgm import DcgmSource
 from perfgate.telemetry._model import (
     ActivitySpan,
@@ -29,6 +30,8 @@ class Source(Protocol):
     name: str
 
     def identities(self) -> list[GpuIdentity]: ...
+
+    def origin(self, uuid: str) -> str: ...
 
     def poll(self, clock: Callable[[], float], *, full: bool, counters: bool) -> Batch: ...
 
@@ -71,6 +74,8 @@ class Monitor:
         self._samples: dict[str, list[GpuSample]] = {i.uuid: [] for i in self._idents}
         self._spans: dict[str, list[ActivitySpan]] = {i.uuid: [] for i in self._idents}
         self._events: list[Event] = []
+        self._check = ReadingCheck(self._idents, source.origin)
+        self._lost: dict[str, tuple[float, str]] = {}
         self._windows: dict[str, float] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -105,10 +110,12 @@ class Monitor:
             if read_counters:
                 self._last_counters_s = now
             for s in batch.samples:
-                self._samples[s.uuid].append(s)
+                self._samples[s.uuid].append(self._check.sample(s))
             for span in batch.spans:
-                self._spans[span.uuid].append(span)
+                self._spans[span.uuid].append(self._check.span(span))
             self._events.extend(batch.events)
+            for uuid, why in batch.lost:
+                self._lost.setdefault(uuid, (now, why))
 
     def mark(self) -> None:
         """Read everything now, the counters included: call it at the edges of what will be
@@ -196,11 +203,19 @@ class Monitor:
             samples = {u: list(v) for u, v in self._samples.items()}
             spans = {u: list(v) for u, v in self._spans.items()}
             events = list(self._events)
+            rejected = {i.uuid: self._check.messages(i.uuid, start_s, end_s) for i in self._idents}
+            lost = {u: why for u, (t_s, why) in self._lost.items() if t_s <= end_s}
         notes = [e.message for e in events if start_s <= e.t_s <= end_s]
         gpus = []
         for ident in self._idents:
+            u = ident.uuid
             window, gpu_notes = summarize_gpu(
-                ident, _near(samples[ident.uuid], start_s, end_s), spans[ident.uuid], start_s, end_s
+                ident,
+                _near(samples[u], start_s, end_s),
+                spans[u],
+                start_s,
+                end_s,
+                rejected=(*([lost[u]] if u in lost else []), *rejected[u]),
             )
             gpus.append(window)
             notes += gpu_notes

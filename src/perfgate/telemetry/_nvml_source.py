@@ -151,6 +151,10 @@ class NvmlSource:
                 )
             g.ident = replace(g.ident, links=tuple(links))
 
+    def origin(self, uuid: str) -> str:
+        """Where ``uuid``'s readings come from, for messages."""
+        return "NVML"
+
     def identities(self) -> list[GpuIdentity]:
         return [g.ident for g in self._gpus]
 

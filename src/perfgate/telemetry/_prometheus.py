@@ -14,6 +14,7 @@ use, SGLang's own generation throughput) are averaged over the samples inside a 
 from __future__ import annotations
 
 import math
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -24,6 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from perfgate import catalogue
 from perfgate.errors import TelemetryError
+from perfgate.telemetry._scrape import ScrapeBound, ScrapeLimits, bounded_get, check_read_series, metric_lines
 
 SERVER_METRICS = catalogue.names("server")
 """Every gateable name :meth:`ServerWindow.metrics` can produce, as the catalogue declares them."""
@@ -52,6 +54,9 @@ _GAUGES: Mapping[str, tuple[str, str]] = {
     "vllm:gpu_cache_usage_perc": ("token_usage", "mean"),
     "vllm:avg_generation_throughput_toks_per_s": ("gen_throughput", "sum"),
 }
+# A server's /metrics may take a moment under load; past 5 s a scrape would hold up the run's edges.
+SERVER_LIMITS = ScrapeLimits(deadline_s=5.0)
+
 _REPLICA_LABELS = frozenset({"tp_rank", "pp_rank", "moe_ep_rank", "attn_tp_rank", "attn_cp_rank"})
 _GAUGE_METRICS = {
     "running": "server_running_reqs_mean",
@@ -64,41 +69,37 @@ _GAUGE_METRICS = {
 @dataclass(frozen=True)
 class ServerReading:
     """One scrape: the engine whose names it carried ("sglang", "vllm" or "" for neither), counters
-    and gauges by quantity, and the counter families the server declared (present, maybe empty)."""
+    and gauges by quantity, the counter families the server declared (present, maybe empty), and
+    the counters it reported as NaN or infinite (no reading: not zero)."""
 
     engine: str
     counters: Mapping[str, float]
     gauges: Mapping[str, float]
     declared: frozenset[str] = frozenset()
+    not_finite: frozenset[str] = frozenset()
 
 
 _NAMES = frozenset({*_COUNTERS, *(n.removesuffix("_total") for n in _COUNTERS), *_GAUGES})
 
 
-def _relevant(text: str) -> str:
-    """The lines of ``text`` about the metrics perfgate reads (SGLang serves ~750 lines; parsing
-    them all would cost the client ~20 ms of CPU per scrape), plus one line telling the engine."""
-    keep = []
-    engine_line = ""
-    for line in text.splitlines():
-        if line.startswith("# "):
-            parts = line.split(" ", 3)
-            name = parts[2] if len(parts) > 2 else ""
-        else:
-            name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name in _NAMES:
-            keep.append(line)
-        elif not engine_line and name.startswith(("sglang:", "vllm:")) and line.startswith("# TYPE "):
-            engine_line = line
-    return "\n".join([engine_line, *keep]) + "\n"
+_ENGINE_LINE = re.compile(r"^# TYPE (?:sglang|vllm):.*$", re.MULTILINE)
+
+
+def _relevant(text: str) -> list[str]:
+    """The lines of ``text`` about the metrics perfgate reads, after one line that tells the
+    engine where none of those is there (a server that has not counted anything yet)."""
+    keep = metric_lines(text, _NAMES)
+    engine = None if keep else _ENGINE_LINE.search(text)
+    return [engine.group(0) if engine else "", *keep]
 
 
 def parse_server_metrics(text: str) -> ServerReading:
     """Parse a server's Prometheus text; ValueError for text the Prometheus parser rejects."""
-    text = _relevant(text)
+    text = "\n".join(_relevant(text)) + "\n"
     counters: dict[str, float] = {}
     gauge_series: dict[str, dict[frozenset[tuple[str, str]], float]] = {}
     declared: set[str] = set()
+    not_finite: set[str] = set()
     engines: set[str] = set()
     for family in text_string_to_metric_families(text):
         prefix = family.name.split(":", 1)[0]
@@ -109,6 +110,8 @@ def parse_server_metrics(text: str) -> ServerReading:
         for s in family.samples:
             if not math.isfinite(s.value):
                 # NaN or inf (SGLang's cache_hit_rate before any request, a broken exporter): no reading.
+                if s.name in _COUNTERS:
+                    not_finite.add(_COUNTERS[s.name])
                 continue
             if s.name in _COUNTERS:
                 counters[_COUNTERS[s.name]] = counters.get(_COUNTERS[s.name], 0.0) + s.value
@@ -123,11 +126,12 @@ def parse_server_metrics(text: str) -> ServerReading:
         values = list(series.values())
         gauges[what] = sum(values) if how == "sum" else sum(values) / len(values)
     engine = "sglang" if "sglang" in engines else "vllm" if "vllm" in engines else ""
-    return ServerReading(engine, counters, gauges, frozenset(declared | set(counters)))
+    return ServerReading(engine, counters, gauges, frozenset(declared | set(counters)), frozenset(not_finite))
 
 
 class _Sample:
-    """One scrape: its text, parsed on first use (after the run, off the client's clock)."""
+    """One scrape: the lines of it perfgate reads, parsed on first use (after the run, off the
+    client's clock)."""
 
     __slots__ = ("_reading", "received_s", "sent_s", "text")
 
@@ -184,33 +188,49 @@ class ServerMonitor:
         url: str,
         *,
         interval_s: float = 0.5,
-        timeout_s: float = 5.0,
+        limits: ScrapeLimits = SERVER_LIMITS,
         clock: Callable[[], float] = time.monotonic,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.url = url
         self._interval_s = interval_s
+        self._limits = limits
         self._clock = clock
-        self._client = httpx.Client(timeout=timeout_s, transport=transport)
+        self._client = httpx.Client(transport=transport)
         self._http_lock = threading.Lock()
         self._lock = threading.Lock()
         self._samples: list[_Sample] = []
         self._failures: list[tuple[float, str]] = []
+        self._dropped = ""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    @property
+    def dropped(self) -> str:
+        """Why scraping stopped for good (an answer past a bound of ``limits``); "" while it goes on."""
+        return self._dropped
+
     def _get(self) -> str:
+        """The lines of one answer that perfgate reads, joined; ScrapeBound past a bound."""
         with self._http_lock:
-            response = self._client.get(self.url)
-        response.raise_for_status()
-        return response.text
+            text = bounded_get(self._client, self.url, self._limits)
+        lines = _relevant(text)
+        check_read_series(self.url, lines[1:], self._limits)  # after the engine line
+        return "\n".join(lines) + "\n"
 
     def scrape_now(self) -> None:
-        """Scrape once now (the session calls this at the edges of each measured phase); the text
-        is kept and parsed when a window is summarised."""
+        """Scrape once now (the session calls this at the edges of each measured phase); the lines
+        read are kept and parsed when a window is summarised. After an answer past a bound, does
+        nothing: the source is dropped, and :attr:`dropped` says why."""
+        if self._dropped:
+            return
         sent = self._clock()
         try:
             text = self._get()
+        except ScrapeBound as err:
+            self._dropped = str(err)
+            self._stop.set()
+            return
         except httpx.HTTPError as err:
             with self._lock:
                 self._failures.append((sent, f"GET {self.url} failed: {type(err).__name__}: {err}"))
@@ -244,9 +264,10 @@ class ServerMonitor:
         before = [s for s in samples if s.received_s <= run_start_s]
         after = [s for s in samples if s.sent_s >= run_end_s]
         if not before or not after:
+            why = self._dropped or (failures[-1] if failures else "")
             raise TelemetryError(
                 f"server metrics at {self.url}: no scrape {'before' if not before else 'after'} the measured run"
-                + (f" ({failures[-1]})" if failures else "")
+                + (f" ({why})" if why else "")
             )
         a, b = before[-1].reading, after[0].reading
         inside = [s.reading for s in samples if gauge_start_s <= s.sent_s <= gauge_end_s]
@@ -258,6 +279,15 @@ class ServerMonitor:
         if b.engine == "sglang" and "prompt_tokens" in delta:
             # SGLang (0.5.x, multiprocess metrics) creates sglang:cached_tokens_total at its first hit.
             delta.setdefault("cached_tokens", 0.0)
+        # A series of a counter that reads NaN leaves its sum unknown, not zero.
+        unreadable = sorted(k for k in delta if k in a.not_finite or k in b.not_finite)
+        if unreadable:
+            notes.append(
+                f"{self.url} reported NaN or infinite counters ({', '.join(unreadable)}) at the run's edges: "
+                "not measured; the server's exporter is broken"
+            )
+            for k in unreadable:
+                del delta[k]
         resets = sorted(k for k, v in delta.items() if v < 0)
         if resets:
             notes.append(
@@ -327,17 +357,23 @@ def open_server_monitor(
     *,
     interval_s: float = 0.5,
     sglang: bool = False,
+    limits: ScrapeLimits = SERVER_LIMITS,
     clock: Callable[[], float] = time.monotonic,
     transport: httpx.BaseTransport | None = None,
 ) -> ServerMonitor:
     """A started monitor of ``base_url + path``, or TelemetryError saying why the server's metrics
-    cannot be read there. ``sglang``: the server is SGLang, which serves them only with
-    --enable-metrics (a 404 then says so; another server gets the profile key to set). The
-    message does not say "server metrics" itself: its reader puts it under that label.
-    ``transport`` replaces the network (tests)."""
-    monitor = ServerMonitor(base_url.rstrip("/") + path, interval_s=interval_s, clock=clock, transport=transport)
+    cannot be read there (an answer past one of ``limits`` included). ``sglang``: the server is
+    SGLang, which serves them only with --enable-metrics (a 404 then says so; another server gets
+    the profile key to set). The message does not say "server metrics" itself: its reader puts it
+    under that label. ``transport`` replaces the network (tests)."""
+    monitor = ServerMonitor(
+        base_url.rstrip("/") + path, interval_s=interval_s, limits=limits, clock=clock, transport=transport
+    )
     try:
         reading = parse_server_metrics(monitor._get())
+    except ScrapeBound:
+        monitor.stop()
+        raise
     except httpx.HTTPStatusError as err:
         monitor.stop()
         status = err.response.status_code

@@ -8,11 +8,13 @@ time and read at the window edges, which makes energy additive over adjacent win
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
 from perfgate._stats import mean, percentile
+from perfgate.telemetry._checks import PowerBound, counter_jump, power_bound
 from perfgate.telemetry._model import (
     ActivitySpan,
     GpuIdentity,
@@ -86,30 +88,46 @@ def integrate_power(samples: Sequence[GpuSample]) -> Cumulative | None:
     return _accumulate(points, lambda t0, p0, t1, p1: 0.5 * (p0 + p1) * (t1 - t0))
 
 
+@dataclass(frozen=True)
+class CounterSteps:
+    """The energy-counter steps not used, as (t0_s, t1_s) intervals: ``resets`` went backwards (a
+    driver reload), ``jumps`` rose more than the GPU can draw (see ``_checks.counter_jump``)."""
+
+    resets: tuple[tuple[float, float], ...] = ()
+    jumps: tuple[tuple[float, float], ...] = ()
+
+
 def energy_counter(
-    samples: Sequence[GpuSample], integrated: Cumulative | None
-) -> tuple[Cumulative | None, list[tuple[float, float]]]:
+    samples: Sequence[GpuSample], integrated: Cumulative | None, bound: PowerBound
+) -> tuple[Cumulative | None, CounterSteps]:
     """Energy (J) from the GPU's counter, continuous across counter resets.
 
     The counter is read less often than power (it is the expensive NVML call), so each counter
     step is spread over its interval in proportion to the integrated sampled power: the result
     is exact at every counter reading and follows the power trace in between, which keeps
     windows whose edges fall between readings accurate (and additive).
-    A negative step means the counter restarted (driver reload); that one interval is filled
-    from ``integrated`` power instead. Returns the function and the reset intervals.
+    A step that goes backwards (the counter restarted: driver reload) or jumps past ``bound`` is
+    not used: that one interval is filled from ``integrated`` power instead, or is NaN where
+    there is none (nothing to fill it with: no window from that step on is measured).
+    Returns the function and the steps not used.
     """
     resets: list[tuple[float, float]] = []
+    jumps: list[tuple[float, float]] = []
 
     def step(t0: float, e0: float, t1: float, e1: float) -> float:
-        if e1 >= e0:
+        if e1 < e0:
+            resets.append((t0, t1))
+        elif counter_jump(e0, e1, t1 - t0, bound):
+            jumps.append((t0, t1))
+        else:
             return e1 - e0
-        resets.append((t0, t1))
-        return integrated.delta(t0, t1) if integrated is not None else 0.0
+        return integrated.delta(t0, t1) if integrated is not None else math.nan
 
     points = [(s.t_s, s.energy_j) for s in samples if s.energy_j is not None]
     counter = _accumulate(points, step)
+    steps = CounterSteps(tuple(resets), tuple(jumps))
     if counter is None or integrated is None:
-        return counter, resets
+        return counter, steps
     ts, vals = [counter.ts[0]], [counter.values[0]]
     for t0, t1, c0, c1 in zip(counter.ts, counter.ts[1:], counter.values, counter.values[1:]):
         i0, i1 = integrated.at(t0), integrated.at(t1)
@@ -121,7 +139,7 @@ def energy_counter(
             vals.append(c0 + (c1 - c0) * share)
         ts.append(t1)
         vals.append(c1)
-    return Cumulative(tuple(ts), tuple(vals)), resets
+    return Cumulative(tuple(ts), tuple(vals)), steps
 
 
 def _throttle_s(samples: Sequence[GpuSample], start_s: float, end_s: float) -> dict[str, float]:
@@ -174,49 +192,91 @@ def _mean_or_none(values: list[float]) -> float | None:
     return mean(values) if values else None
 
 
+WINDOW_BOUND_FACTOR = 2.0
+"""A window's mean power may pass a GPU's bound by this factor: a counter step is spread over its
+interval in proportion to the sampled power, which puts more of it in a short window where the
+samples (trapezoids) and the counter disagree; twice the bound is past any such overshoot."""
+
+
+@dataclass(frozen=True)
+class _Power:
+    """A window's mean power and energy, how they were obtained, and why not where they were not."""
+
+    mean_w: float | None = None
+    energy_j: float | None = None
+    method: PowerMethod | None = None
+    covered_s: float = 0.0
+    unmeasured: str = ""
+
+
+def _window_power(
+    ident: GpuIdentity, samples: Sequence[GpuSample], start_s: float, end_s: float, notes: list[str]
+) -> tuple[_Power, Cumulative | None]:
+    """Mean power and energy over ``[start_s, end_s]`` (notes appended to ``notes``), and the
+    integrated sampled power they were checked against."""
+    label = ident.label
+    bound = power_bound(ident.power_limit_w)
+    integrated = integrate_power(samples)
+    energy, steps = energy_counter(samples, integrated, bound)
+    basis = energy or integrated
+    covered = basis.covered(start_s, end_s) if basis is not None else 0.0
+    if basis is None or covered <= 0:
+        return _Power(unmeasured=f"{label}: no power reading in the window"), integrated
+    energy_j = basis.delta(start_s, end_s)
+    mean_w = energy_j / covered
+    if not mean_w <= WINDOW_BOUND_FACTOR * bound.max_w:
+        # Counter steps each within the bound (and its slack) can still add up past it over a short
+        # window, and a step with no power reading to fill it is NaN: neither is a GPU's power.
+        why = (
+            f"{label}: mean power {mean_w:,.1f} W over the window is more than {WINDOW_BOUND_FACTOR:g} x "
+            f"{bound.text}: its energy counter holds more than the GPU can draw"
+            if math.isfinite(mean_w)
+            else f"{label}: an energy-counter step went backwards or jumped, and no power reading fills it"
+        )
+        return _Power(covered_s=covered, unmeasured=f"{why}; not measured"), integrated
+    method: PowerMethod
+    if energy is None:
+        has_instant = any(s.power_instant_w is not None for s in samples)
+        method = "integrated_instant" if has_instant else "integrated_average"
+        notes.append(
+            f"{label}: no energy counter; mean power integrated from sampled "
+            f"{'instant' if has_instant else '1-s average'} power"
+        )
+    else:
+        resets = [t1 for t0, t1 in steps.resets if t0 < end_s and t1 > start_s]
+        jumps = [t1 for t0, t1 in steps.jumps if t0 < end_s and t1 > start_s]
+        method = "energy_counter+integrated" if resets or jumps else "energy_counter"
+        for t in resets:
+            notes.append(f"{label}: energy counter reset at t={t:.3f}s; used integrated power for that sample interval")
+    return _Power(mean_w, energy_j, method, covered), integrated
+
+
 def summarize_gpu(
     ident: GpuIdentity,
     samples: Sequence[GpuSample],
     spans: Sequence[ActivitySpan],
     start_s: float,
     end_s: float,
+    rejected: Sequence[str] = (),
 ) -> tuple[GpuWindow, list[str]]:
     """One GPU over ``[start_s, end_s]`` plus the notes a reader needs to trust the numbers.
 
     ``samples`` must be sorted by time and may extend beyond the window (neighbours outside it
-    are what the edges are interpolated from).
+    are what the edges are interpolated from). ``rejected``: what was not used of this GPU's
+    readings in the window, and why (``_checks.ReadingCheck``; a source lost); it is kept on the
+    window and is the reason given where mean power is not measured.
     """
     notes: list[str] = []
     label = ident.label
     inside = [s for s in samples if start_s <= s.t_s <= end_s]
-    integrated = integrate_power(samples)
-    energy, resets = energy_counter(samples, integrated)
-
-    method: PowerMethod | None = None
-    basis = energy or integrated
-    energy_j = mean_w = integrated_w = None
-    covered = 0.0
+    power, integrated = _window_power(ident, samples, start_s, end_s, notes)
+    unmeasured = power.unmeasured
+    if unmeasured and rejected and power.covered_s <= 0:
+        unmeasured = f"{unmeasured} ({'; '.join(rejected)})"
+    integrated_w = None
     if integrated is not None and (cov := integrated.covered(start_s, end_s)) > 0:
         integrated_w = integrated.delta(start_s, end_s) / cov
-    if basis is not None:
-        covered = basis.covered(start_s, end_s)
-        if covered > 0:
-            energy_j = basis.delta(start_s, end_s)
-            mean_w = energy_j / covered
-            if energy is None:
-                has_instant = any(s.power_instant_w is not None for s in samples)
-                method = "integrated_instant" if has_instant else "integrated_average"
-                notes.append(
-                    f"{label}: no energy counter; mean power integrated from sampled "
-                    f"{'instant' if has_instant else '1-s average'} power"
-                )
-            else:
-                in_window = [t1 for t0, t1 in resets if t0 < end_s and t1 > start_s]
-                method = "energy_counter+integrated" if in_window else "energy_counter"
-                for t in in_window:
-                    notes.append(
-                        f"{label}: energy counter reset at t={t:.3f}s; used integrated power for that sample interval"
-                    )
+    mean_w, covered = power.mean_w, power.covered_s
     length = end_s - start_s
     if length > 0 and covered < 0.9 * length:
         notes.append(f"{label}: samples cover only {covered:.2f}s of the {length:.2f}s window")
@@ -241,8 +301,8 @@ def summarize_gpu(
         samples=len(inside),
         coverage_s=covered,
         mean_power_w=mean_w,
-        energy_j=energy_j,
-        power_method=method,
+        energy_j=power.energy_j,
+        power_method=power.method,
         integrated_power_w=integrated_w,
         power_p5_w=percentile(ordered, 5) if ordered else None,
         power_p50_w=percentile(ordered, 50) if ordered else None,
@@ -254,6 +314,8 @@ def summarize_gpu(
         throttle_s=_throttle_s(samples, start_s, end_s),
         temperature_max_c=max(temps) if temps else None,
         memory_used_max_mib=max(mems) if mems else None,
+        rejected=(*rejected, *([unmeasured] if mean_w is None and power.covered_s > 0 else [])),
+        unmeasured=unmeasured,
         **activity,
     )
     return window, notes
