@@ -9,6 +9,7 @@ from typing import NoReturn
 import pytest
 
 from perfgate._files import Artefacts
+from perfgate._redact import SECRETS
 from perfgate.ab import PLUGIN_FLAGS, AbOptions, AbSummary, Candidate, candidate_from, plan_ab, rounds_from, run_ab
 from perfgate.errors import PerfgateError
 from perfgate.plugin._progress import ProgressLine
@@ -43,7 +44,7 @@ class PluginState:
             pytest.fail(text, pytrace=False)
         headline = text.splitlines()[0] if text else type(error).__name__
         if len(headline) > 200:
-            headline = headline[:197] + "..."
+            headline = SECRETS.clip(headline, 197) + "..."
         pytest.fail(f"{headline} [the full message is under {first}]", pytrace=False)
 
     def _path(self, option: str | None, default: str) -> Path:
