@@ -228,7 +228,7 @@ def _ab(args: argparse.Namespace) -> int:
         artefacts = write_ab_results(summary, results, step_summary=os.environ.get("GITHUB_STEP_SUMMARY"))
         for path in artefacts.written:
             print(f"wrote {path}")
-        for line in artefacts.failed:
+        for line in [*artefacts.skipped, *artefacts.failed]:
             print(f"perfgate: {line}", file=sys.stderr)
         if artefacts.failed:
             # The verdict stands (it was printed); the results a CI step keeps are incomplete.

@@ -248,6 +248,18 @@ def test_a_dataset_that_is_a_fifo_fails_the_workload_without_hanging(gate: Gate)
     assert gate.baseline_bytes() == {}
 
 
+def test_a_step_summary_that_is_a_fifo_nobody_reads_is_one_line_and_the_verdict_stands(gate: Gate) -> None:
+    # It hung the run after the tests, until CI killed it.
+    fifo = inputs(gate) / "step-summary"
+    os.mkfifo(fifo)
+    start = time.monotonic()
+    outcome = gate.run(f"--perf-results={gate.results}", env={"GITHUB_STEP_SUMMARY": str(fifo)})
+    assert outcome.ret == 0, outcome.out[-3000:]
+    assert time.monotonic() - start < PROMPT_S
+    assert f"results: {fifo}: not written: it is a FIFO (named pipe), not a regular file" in outcome.out
+    assert len(list(gate.results.glob("results-*/summary.md"))) == 1
+
+
 # -- the perfgate command -------------------------------------------------------------------------
 
 

@@ -236,7 +236,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 def _artefact_lines(terminalreporter: pytest.TerminalReporter, state: PluginState) -> None:
-    for line in state.artefacts.failed:
+    for line in [*state.artefacts.skipped, *state.artefacts.failed]:
         terminalreporter.write_line(f"results: {line}")
     if state.artefacts.failed:
         terminalreporter.write_line(

@@ -12,9 +12,8 @@ from dataclasses import asdict, dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from perfgate._files import Artefacts, describe, publish, read_named, reserve_dir
+from perfgate._files import Artefacts, append_text, describe, publish, read_named, reserve_dir
 from perfgate._names import file_stem, path_in
-from perfgate._redact import SECRETS
 from perfgate.errors import PerfgateError
 from perfgate.load import RequestRecord
 from perfgate.report._table import render_markdown, rows
@@ -239,13 +238,13 @@ def write_documents(
         out.attempt(run_dir / "summary.md", lambda p: publish(p, [md]))
         plots(doc, run_dir, out)
     if step_summary:
-        out.attempt(Path(step_summary), lambda p: _append(p, md))
+        # GitHub Actions names a regular file; a FIFO nobody reads would hang the run's end.
+        out.attempt(
+            Path(step_summary),
+            lambda p: append_text(p, md),
+            not_a_file="GITHUB_STEP_SUMMARY must name a regular file; the summary is in summary.md",
+        )
     return out
-
-
-def _append(path: Path, text: str) -> None:
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(SECRETS.text(text))
 
 
 def write_results(summary: RunSummary, out_dir: Path, *, step_summary: str | None = None) -> Artefacts:
