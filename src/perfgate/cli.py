@@ -42,7 +42,8 @@ def _baselines(args: argparse.Namespace) -> int:
     store = BaselineStore(Path(args.dir))
     if args.action == "list":
         if not Path(args.dir).is_dir():
-            what = "does not exist" if not Path(args.dir).exists() else "is not a directory"
+            # A symbolic link loop exists, and is no folder.
+            what = "is not a directory" if os.path.lexists(args.dir) else "does not exist"
             raise PerfgateError(f"--dir {args.dir}: {what}; pass the baselines folder, e.g. --dir baselines")
         found, errors = store.list_all()
         if not found and not errors:
@@ -202,6 +203,8 @@ def _ab(args: argparse.Namespace) -> int:
     results = Path(args.results) if args.results else None
     if results is not None and results.exists() and not results.is_dir():
         raise PerfgateError(f"--results {results}: that is a file; pass a directory (it is created if missing)")
+    if results is not None:
+        BaselineStore(Path(args.baselines)).refuse_inside(results, "--results", "--baselines")
     profile = load_profile(profile_path)
 
     def get(flag: str) -> Any:

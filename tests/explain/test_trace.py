@@ -154,7 +154,7 @@ def test_corrupt_gzip(tmp_path: Path) -> None:
 def test_not_json(tmp_path: Path, text: str) -> None:
     path = tmp_path / "t.json"
     path.write_bytes(text.encode("utf-8", "surrogateescape"))
-    with pytest.raises(ExplainError, match="not a JSON trace"):
+    with pytest.raises(ExplainError, match="not valid JSON"):
         read_trace(path, root=tmp_path)
 
 

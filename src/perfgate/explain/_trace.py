@@ -9,7 +9,6 @@ has the measurement that made a streaming parser unnecessary).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -21,7 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from perfgate import _json
 from perfgate._files import NotAFileError, read_bytes
+from perfgate._json import JSONInputError, JSONSyntaxError
 from perfgate.explain._names import normalise, variant
 from perfgate.explain._table import GAP_KEY, HOST_GAP_KEY, ExplainError, KernelRow, ProfileTable, Source
 
@@ -54,11 +55,11 @@ def read_trace(path: Path, *, root: Path, max_bytes: int = DEFAULT_MAX_TRACE_BYT
     if data.startswith(_GZIP_MAGIC):
         data = _gunzip(data, max_bytes, where)
     try:
-        doc = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ExplainError(
-            f"{where}: not a JSON trace ({e}); the server may have been stopped while writing it"
-        ) from None
+        doc = _json.loads(data, strict=False)
+    except JSONSyntaxError as e:
+        raise ExplainError(f"{where}: {e}; the server may have been stopped while writing it") from None
+    except JSONInputError as e:
+        raise ExplainError(f"{where}: {e}; not a trace of the torch profiler") from None
     events = doc.get("traceEvents") if isinstance(doc, dict) else doc
     if not isinstance(events, list):
         raise ExplainError(f"{where}: no traceEvents list; not a Chrome trace of the torch profiler")
@@ -89,9 +90,11 @@ def still_written(path: Path, max_bytes: int = DEFAULT_MAX_TRACE_BYTES) -> bool:
     if data.lstrip()[:1] not in (b"{", b"["):
         return False
     try:
-        json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        _json.loads(data, strict=False)
+    except JSONSyntaxError:
         return True
+    except JSONInputError:
+        return False
     return False
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from perfgate._redact import SECRETS, RedactingStream
 from perfgate.ab import PLUGIN_FLAGS
+from perfgate.baseline import BaselineStore
 from perfgate.errors import PerfgateError
 from perfgate.plugin._benchmark import BenchmarkHooks
 from perfgate.plugin._state import STATE_KEY, PluginState
@@ -100,6 +101,13 @@ def _check_options(config: pytest.Config) -> None:
         raise pytest.UsageError(
             f"--perf-results {results}: that is a file; pass a directory (it is created if missing)"
         )
+    if results:
+        try:
+            BaselineStore(PluginState(config).baselines_dir()).refuse_inside(
+                Path(results), "--perf-results", "--perf-baselines"
+            )
+        except PerfgateError as e:
+            raise pytest.UsageError(str(e)) from None
     base_url = config.getoption("perf_base_url")
     if base_url:
         try:

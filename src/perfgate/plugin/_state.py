@@ -63,6 +63,9 @@ class PluginState:
                 raise pytest.Collector.CollectError(f"perfgate: {e}") from None
         return self._profile
 
+    def baselines_dir(self) -> Path:
+        return self._path(self.config.getoption("perf_baselines"), "baselines")
+
     def results_dir(self) -> Path | None:
         opt = self.config.getoption("perf_results")
         return Path(opt) if opt else None
@@ -74,7 +77,7 @@ class PluginState:
             results = self.results_dir()
             log_dir = results if results else Path(cfg.rootpath) / LOG_DIR
             options = SessionOptions(
-                baselines_dir=self._path(cfg.getoption("perf_baselines"), "baselines"),
+                baselines_dir=self.baselines_dir(),
                 log_dir=log_dir,
                 base_url=cfg.getoption("perf_base_url") or "",
                 update_baselines=cfg.getoption("perf_update_baselines"),
@@ -102,7 +105,7 @@ class PluginState:
             rounds=rounds,
             max_rounds=max_rounds,
             log_dir=results if results else Path(cfg.rootpath) / LOG_DIR,
-            baselines_dir=self._path(cfg.getoption("perf_baselines"), "baselines"),
+            baselines_dir=self.baselines_dir(),
             accept_candidate=cfg.getoption(PLUGIN_FLAGS.accept_candidate),
             reason=cfg.getoption(PLUGIN_FLAGS.reason),
             lock_wait_s=cfg.getoption(PLUGIN_FLAGS.lock_wait),

@@ -12,7 +12,9 @@ from dataclasses import asdict, dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
+from perfgate import _json
 from perfgate._files import Artefacts, append_text, describe, publish, read_named, reserve_dir
+from perfgate._json import JSONInputError
 from perfgate._names import file_stem, path_in
 from perfgate.errors import PerfgateError
 from perfgate.load import RequestRecord
@@ -301,9 +303,9 @@ def read_results(path: Path) -> Results:
         not_a_file="pass a results-*.json file that --perf-results wrote",
     )
     try:
-        doc = json.loads(text)
-    except ValueError as e:
-        raise PerfgateError(f"results {path}: not a perfgate results JSON file ({e})") from None
+        doc = _json.loads(text)
+    except JSONInputError as e:
+        raise PerfgateError(f"results {path}: not a perfgate results JSON file: {e}; {_FROM}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("workloads"), list):
         raise PerfgateError(f"results {path}: not a perfgate results file (no 'workloads'); {_FROM}")
     if doc.get("kind") == "ab":
