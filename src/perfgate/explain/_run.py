@@ -180,6 +180,11 @@ def run_slice(
         )
     except ExplainError as e:
         result.note = str(e)
+    if result.table is not None and result.table.untimed_events:
+        result.notes.append(
+            f"{result.table.untimed_events} {result.table.source} events of {chosen.name} left out: their ts or dur "
+            "is NaN, infinite, a negative duration or beyond any measured time"
+        )
     if len(cap.traces) > 1:
         result.notes.append(f"{len(cap.traces)} trace files (one per rank or process); {chosen.name} is reduced")
     result.reduce_s = time.monotonic() - started

@@ -26,14 +26,17 @@ RESULTS_SCHEMA = 1
 
 
 def plain(obj: Any) -> Any:
-    """Dataclasses, mappings and sequences as JSON-able data (NaN becomes null, anything else its str)."""
+    """Dataclasses, mappings and sequences as JSON-able data (NaN and infinities become null,
+    anything else its str; a repeat's requests, made as they are written, are left as they are)."""
+    if isinstance(obj, _Requests):
+        return obj
     if is_dataclass(obj) and not isinstance(obj, type):
         return {k: plain(v) for k, v in asdict(obj).items()}
     if isinstance(obj, dict):
         return {str(k): plain(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [plain(v) for v in obj]
-    if isinstance(obj, float) and obj != obj:
+    if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, (str, int, float, bool)) or obj is None:
         return obj
@@ -234,8 +237,9 @@ def write_documents(
     except OSError as e:
         out.failed.append(f"{out_dir / stem}: not created: {describe(e)}")
     else:
-        # iterencode writes as it goes; json.dumps would first build the whole text.
-        encoded = json.JSONEncoder(sort_keys=True, indent=1).iterencode(doc)
+        # iterencode writes as it goes; json.dumps would first build the whole text. NaN and
+        # Infinity are no JSON (perfgate compare refuses them): null, and never written.
+        encoded = json.JSONEncoder(sort_keys=True, indent=1, allow_nan=False).iterencode(plain(doc))
         out.attempt(path_in(out_dir, f"{run_dir.name}.json"), lambda p: publish(p, itertools.chain(encoded, "\n")))
         out.attempt(run_dir / "summary.md", lambda p: publish(p, [md]))
         plots(doc, run_dir, out)
