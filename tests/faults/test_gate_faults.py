@@ -232,7 +232,8 @@ def test_unwritable_baselines_directory_is_refused_before_boot(gate: Gate) -> No
     (gate.baselines / "faults").write_text("not a directory")
     outcome = gate.run("--perf-update-baselines")
     assert outcome.ret == INTERRUPTED
-    assert f"baseline directory {gate.baselines / 'faults'} is not writable" in outcome.out
+    # Read before it is written to: a file where a folder should be is no store at all.
+    assert f"baselines folder {gate.baselines / 'faults'}: it is a file, not a folder" in outcome.out
     assert "--perf-baselines " in outcome.out and "--perf-baselines-dir" not in outcome.out
     assert "ready in" not in outcome.out
 

@@ -149,8 +149,8 @@ class BaselineStore:
             problem = _folder_problem(path)
             if problem:
                 raise BaselineError(
-                    f"baselines folder {path}: {problem}; make it a folder (or a link to one), or pass another "
-                    "with --perf-baselines"
+                    f"baselines folder {path}: {problem}; make it a folder (or a link to one), or pass "
+                    "--perf-baselines another one"
                 )
         return sorted(folder.glob(pattern))
 
