@@ -15,10 +15,9 @@ an A/B whose results files could not all be written);
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from perfgate._redact import RedactingStream
 from perfgate.ab import CLI_FLAGS, AbOptions, add_ab_options, candidate_from, rounds_from, run_ab
 from perfgate.baseline import BaselineStore, diff, read_baseline
 from perfgate.errors import PerfgateError
-from perfgate.profile import DEFAULT_TOLERANCE, load_profile
+from perfgate.profile import DEFAULT_TOLERANCE, GateSpec, key_check, load_profile, option_type, seconds
 from perfgate.report import Results, ResultsWorkload, read_results, report_lines, write_ab_results
 from perfgate.server import Terminated
 from perfgate.session import LOG_DIR
@@ -239,23 +238,9 @@ def _ab(args: argparse.Namespace) -> int:
     return code
 
 
-def _number(ok: Callable[[float], bool], expected: str) -> Callable[[str], float]:
-    """An argparse type: a float for which ``ok`` holds, else one line saying what was expected."""
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
-        if not ok(value):
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
-        return value
-
-    return parse
-
-
-_alpha = _number(lambda v: 0.0 < v < 1.0, "a significance level between 0 and 1 (exclusive)")
-_seconds = _number(lambda v: v >= 0, "seconds >= 0")
+# The profile's keys' checks: an option bounded as the key that sets the same number.
+_alpha = option_type(key_check(GateSpec, "alpha"))
+_seconds = option_type(seconds)
 
 
 def _metric(text: str) -> str:

@@ -80,11 +80,6 @@ EXIT_NOT_WRITTEN = pytest.ExitCode.TESTS_FAILED
 
 def _check_options(config: pytest.Config) -> None:
     """Refuse contradictory or impossible options before anything is collected or booted."""
-    repeats = config.getoption("perf_repeats")
-    if repeats is not None and repeats < 1:
-        raise pytest.UsageError(
-            f"--perf-repeats {repeats}: expected a whole number >= 1 (leave it out to use the profile's repeats)"
-        )
     ab = config.getoption("perf_ab")
     accepting = config.getoption("perf_update_baselines") or (ab and config.getoption("perf_accept_candidate"))
     if config.getoption("perf_accept_regression") is not None and not accepting:
@@ -93,9 +88,6 @@ def _check_options(config: pytest.Config) -> None:
             "(or, with --perf-ab, --perf-accept-candidate; a gate run never accepts a regression)"
         )
     _check_ab_options(config, ab)
-    wait_s = config.getoption("perf_lock_wait")
-    if wait_s < 0:
-        raise pytest.UsageError(f"--perf-lock-wait {wait_s:g}: expected seconds >= 0")
     results = config.getoption("perf_results")
     if results and Path(results).exists() and not Path(results).is_dir():
         raise pytest.UsageError(
