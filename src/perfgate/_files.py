@@ -77,6 +77,26 @@ def read_bytes(path: Path | str) -> bytes:
         os.close(fd)
 
 
+def append_text(path: Path, text: str) -> None:
+    """Append ``text``, redacted, to the regular file ``path`` (created when missing);
+    :class:`NotAFileError` for anything else. A FIFO nobody reads would block the open, and a
+    full one the write, forever: the open does not wait, and the open file is checked."""
+    with contextlib.suppress(FileNotFoundError):
+        kind = kind_of(os.stat(path).st_mode)
+        if kind is not None:
+            raise NotAFileError(path, kind)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    try:
+        kind = kind_of(os.fstat(fd).st_mode)
+        if kind is not None:
+            raise NotAFileError(path, kind)
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "a", encoding="utf-8", closefd=False) as f:
+            f.write(SECRETS.text(text))
+    finally:
+        os.close(fd)
+
+
 def read_text(path: Path | str) -> str:
     """:func:`read_bytes` decoded as UTF-8 (UnicodeDecodeError when it is not)."""
     return read_bytes(path).decode("utf-8")
@@ -189,16 +209,25 @@ def _blocks(chunks: Iterable[str], size: int = 1 << 16) -> Iterable[str]:
 
 @dataclass
 class Artefacts:
-    """The files a run wrote at its end, and one line per file that could not be written."""
+    """The files a run wrote at its end, one line per file that could not be written, and one
+    per file it refused to write (``skipped``: these do not fail the run)."""
 
     written: list[Path] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
 
-    def attempt(self, path: Path, write: Callable[[Path], object]) -> Path | None:
+    def attempt(self, path: Path, write: Callable[[Path], object], *, not_a_file: str = "") -> Path | None:
         """``write(path)``; a failure (any exception: a full disk, a warning made an error) is
-        recorded as one line naming the file and the cause, and None returned."""
+        recorded as one line naming the file and the cause, and None returned. With
+        ``not_a_file`` (what to do), a path that is no regular file is a ``skipped`` line instead:
+        a file the user named, the run's own evidence being complete without it."""
         try:
             write(path)
+        except NotAFileError as e:
+            if not not_a_file:
+                raise
+            self.skipped.append(f"{path}: not written: {e}; {not_a_file}")
+            return None
         except WriteFailed as e:
             self.failed.append(f"{e.path}: not written: {e.reason}")
             return None

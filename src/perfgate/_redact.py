@@ -29,6 +29,10 @@ REDACTED = "<redacted>"
 # Shorter values would be found all over ordinary output (and redact it into noise): keys
 # that short are refused where they are read, short env values are redacted by name only.
 MIN_SECRET_CHARS = 8
+# A text cut for a message may end in the first characters of a secret (the server, or a bound
+# on what is read, cut it there): from this many on they are redacted. Fewer say next to
+# nothing of a key, and would redact ordinary words that happen to start one.
+MIN_PIECE_CHARS = 4
 
 # Names of environment variables whose values are credentials, whatever the value is.
 SECRET_NAME = re.compile(r"secret|token|key|passw|pwd|credential|auth|cookie", re.IGNORECASE)
@@ -94,6 +98,14 @@ def _word_start(text: AnyStr, at: int, alphabet: frozenset[Any]) -> int:
     stop = max(0, at - _B64_WORD_MAX)
     while at > stop and text[at - 1] in alphabet:
         at -= 1
+    return at
+
+
+def _word_end(text: str, at: int) -> int:
+    """Where the run of base64 characters that starts before ``at`` ends (at most _B64_WORD_MAX on)."""
+    stop = min(len(text), at + _B64_WORD_MAX)
+    while at < stop and text[at] in _B64_CHARS:
+        at += 1
     return at
 
 
@@ -206,6 +218,36 @@ class SecretRegistry:
 
     def text(self, text: str) -> str:
         return redact(text, self._values, self._marker, self._words) if self._values else text
+
+    def clip(self, text: str, limit: int, *, tail: bool = False) -> str:
+        """At most about ``limit`` characters of a foreign ``text`` for a message: its start (with
+        ``tail``, its end), redacted as a whole before it is cut, so that a cut never leaves the
+        part of a secret that would no longer be matched. A piece of a secret at the cut (at least
+        MIN_PIECE_CHARS of its start at the end; with ``tail``, of its end at the start) is
+        redacted too: ``text`` may have been cut before it got here. The marker that replaces
+        such a piece may take the result a few characters past ``limit``."""
+        redacted = self.text(text)
+        kept = redacted[max(0, len(redacted) - limit) :] if tail else redacted[: max(0, limit)]
+        piece = self._piece_at_edge(kept, tail)
+        if not piece:
+            return kept
+        return self._marker + kept[piece:] if tail else kept[: len(kept) - piece] + self._marker
+
+    def _piece_at_edge(self, text: str, tail: bool) -> int:
+        """How many characters at the end of ``text`` (with ``tail``, at its start) are the start
+        (the end) of a secret, MIN_PIECE_CHARS at least; 0 when none are. A piece of a base64 form
+        takes the whole base64 word it is in (its edge characters encode the secret's bytes too)."""
+        longest = 0
+        for value in self._values:
+            for n in range(min(len(value), len(text)), MIN_PIECE_CHARS - 1, -1):
+                if n <= longest:
+                    break
+                if text.startswith(value[-n:]) if tail else text.endswith(value[:n]):
+                    if value in self._words:
+                        n = _word_end(text, n) if tail else len(text) - _word_start(text, len(text) - n, _B64_CHARS)
+                    longest = n
+                    break
+        return longest
 
     def json(self, obj: Any) -> Any:
         """A copy of JSON-like ``obj`` with every string (keys too) redacted."""

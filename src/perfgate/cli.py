@@ -15,10 +15,9 @@ an A/B whose results files could not all be written);
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from perfgate._redact import RedactingStream
 from perfgate.ab import CLI_FLAGS, AbOptions, add_ab_options, candidate_from, rounds_from, run_ab
 from perfgate.baseline import BaselineStore, diff, read_baseline
 from perfgate.errors import PerfgateError
-from perfgate.profile import DEFAULT_TOLERANCE, load_profile
+from perfgate.profile import DEFAULT_TOLERANCE, GateSpec, key_check, load_profile, option_type, seconds
 from perfgate.report import Results, ResultsWorkload, read_results, report_lines, write_ab_results
 from perfgate.server import Terminated
 from perfgate.session import LOG_DIR
@@ -42,7 +41,8 @@ def _baselines(args: argparse.Namespace) -> int:
     store = BaselineStore(Path(args.dir))
     if args.action == "list":
         if not Path(args.dir).is_dir():
-            what = "does not exist" if not Path(args.dir).exists() else "is not a directory"
+            # A symbolic link loop exists, and is no folder.
+            what = "is not a directory" if os.path.lexists(args.dir) else "does not exist"
             raise PerfgateError(f"--dir {args.dir}: {what}; pass the baselines folder, e.g. --dir baselines")
         found, errors = store.list_all()
         if not found and not errors:
@@ -202,6 +202,8 @@ def _ab(args: argparse.Namespace) -> int:
     results = Path(args.results) if args.results else None
     if results is not None and results.exists() and not results.is_dir():
         raise PerfgateError(f"--results {results}: that is a file; pass a directory (it is created if missing)")
+    if results is not None:
+        BaselineStore(Path(args.baselines)).refuse_inside(results, "--results", "--baselines")
     profile = load_profile(profile_path)
 
     def get(flag: str) -> Any:
@@ -228,7 +230,7 @@ def _ab(args: argparse.Namespace) -> int:
         artefacts = write_ab_results(summary, results, step_summary=os.environ.get("GITHUB_STEP_SUMMARY"))
         for path in artefacts.written:
             print(f"wrote {path}")
-        for line in artefacts.failed:
+        for line in [*artefacts.skipped, *artefacts.failed]:
             print(f"perfgate: {line}", file=sys.stderr)
         if artefacts.failed:
             # The verdict stands (it was printed); the results a CI step keeps are incomplete.
@@ -236,23 +238,9 @@ def _ab(args: argparse.Namespace) -> int:
     return code
 
 
-def _number(ok: Callable[[float], bool], expected: str) -> Callable[[str], float]:
-    """An argparse type: a float for which ``ok`` holds, else one line saying what was expected."""
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
-        if not ok(value):
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
-        return value
-
-    return parse
-
-
-_alpha = _number(lambda v: 0.0 < v < 1.0, "a significance level between 0 and 1 (exclusive)")
-_seconds = _number(lambda v: v >= 0, "seconds >= 0")
+# The profile's keys' checks: an option bounded as the key that sets the same number.
+_alpha = option_type(key_check(GateSpec, "alpha"))
+_seconds = option_type(seconds)
 
 
 def _metric(text: str) -> str:

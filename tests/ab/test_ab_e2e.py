@@ -288,7 +288,7 @@ def test_missing_profile_and_bad_numbers(tmp_path: Path, profile: Path, capsys: 
     with pytest.raises(SystemExit) as e:
         main(["ab", str(profile), "--rounds", "0"])
     assert e.value.code == 2
-    assert "argument --rounds: expected a whole number >= 1, got '0'" in capsys.readouterr().err
+    assert "argument --rounds: expected an integer >= 1, got '0'" in capsys.readouterr().err
 
 
 pytest_plugins = ["pytester"]
@@ -333,7 +333,7 @@ def test_pytest_perf_ab_reports_the_ab_in_the_four_gate_tests(pytester: pytest.P
         ),
         (
             ["--perf-ab", "--perf-candidate-env=X=1", "--perf-ab-rounds=0"],
-            "argument --perf-ab-rounds: expected a whole number >= 1, got '0'",
+            "argument --perf-ab-rounds: expected an integer >= 1, got '0'",
         ),
         (["--perf-ab", "--perf-candidate-env=NOEQ"], "--perf-candidate-env 'NOEQ': expected NAME=VALUE"),
         (["--perf-ab", "--perf-accept-regression=x"], "--perf-accept-regression only applies when recording"),

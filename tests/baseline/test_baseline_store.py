@@ -315,3 +315,69 @@ def test_profile_folders_that_differ_only_in_case_stop_the_run_before_boot(tmp_p
     # This machine's file system may fold case itself: either way the other profile is named.
     assert "Chat" in message
     assert store.check("Chat", for_update=True) == []
+
+
+# -- hostile files: one BaselineError naming the file, never a traceback or a silent read ---------
+
+
+@pytest.mark.parametrize(
+    ("content", "complaint"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "nested 100,000 levels deep"),
+        ('{"schema_version": ' + "1" * 5000 + "}", "a number of 5,000 digits"),
+        ('{"schema_version": 1, "repeats": [{"output_throughput": NaN}]}', "NaN, which is no JSON number"),
+    ],
+)
+def test_json_that_would_crash_the_reader_is_named(tmp_path: Path, content: str, complaint: str) -> None:
+    path = _write(tmp_path / "glm5" / f"{WL.name}--x.json", content)
+    with pytest.raises(BaselineError) as err:
+        BaselineStore(tmp_path).load("glm5", WL.name, fingerprint())
+    assert str(err.value).startswith(f"baseline {path}: {complaint}") and "--perf-update-baselines" in str(err.value)
+
+
+def test_a_key_given_twice_is_refused_not_the_last_one_taken(tmp_path: Path) -> None:
+    # The audit's case: "output_throughput" again with 1.0, and a 6,000x faster run passed.
+    store = BaselineStore(tmp_path)
+    path = store.save(baseline([1000.0, 1001.0, 1002.0]), rules=RULES)
+    text = path.read_text()
+    path.write_text(
+        text.replace('"output_throughput": 1000.0', '"output_throughput": 1000.0, "output_throughput": 1.0')
+    )
+    with pytest.raises(BaselineError, match=r"the key 'output_throughput' twice in one object") as err:
+        store.load("glm5", WL.name, fingerprint())
+    assert str(err.value).startswith(f"baseline {path}: ")
+
+
+def test_a_store_folder_that_is_a_link_loop_is_refused_not_read_as_empty(tmp_path: Path) -> None:
+    (tmp_path / "glm5").symlink_to(tmp_path / "glm5")
+    with pytest.raises(BaselineError) as err:
+        BaselineStore(tmp_path).check("glm5", for_update=False)
+    assert str(err.value).startswith(f"baselines folder {tmp_path / 'glm5'}: cannot be read (Too many levels")
+    found, errors = BaselineStore(tmp_path).list_all()
+    assert found == [] and [str(e) for e in errors] == [
+        f"baselines folder {tmp_path / 'glm5'}: cannot be read (Too many levels of symbolic links); make it a "
+        "folder, or delete the link"
+    ]
+
+
+def test_a_baseline_file_that_is_a_link_loop_is_named(tmp_path: Path) -> None:
+    loop = tmp_path / "glm5" / f"{WL.name}--x.json"
+    loop.parent.mkdir()
+    loop.symlink_to(loop)
+    with pytest.raises(BaselineError) as err:
+        BaselineStore(tmp_path).check("glm5", for_update=False)
+    assert f"baseline {loop}: a symbolic link that cannot be followed (Too many levels of symbolic links)" in str(
+        err.value
+    )
+
+
+def test_a_folder_perfgate_writes_may_not_lie_in_the_store(tmp_path: Path) -> None:
+    store = BaselineStore(tmp_path / "baselines")
+    store.refuse_inside(tmp_path / "results", "--perf-results", "--perf-baselines")
+    for inside in (tmp_path / "baselines", tmp_path / "baselines" / "glm5"):
+        with pytest.raises(BaselineError) as err:
+            store.refuse_inside(inside, "--perf-results", "--perf-baselines")
+        assert str(err.value) == (
+            f"--perf-results {inside}: lies inside the baseline store {tmp_path / 'baselines'} (--perf-baselines), "
+            "and the next run would read the files written there as baselines; pass a folder outside it"
+        )

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
+import pytest
+
 from perfgate.baseline import Baseline, BaselineStore, fingerprint_for
 from perfgate.cli import main
 from perfgate.profile import Workload
@@ -68,7 +70,10 @@ def test_errors_exit_2_with_one_line(tmp_path, capsys):
     assert err.startswith(f"perfgate: baseline {bad}: not valid JSON (") and err.count("\n") == 1
     assert main(["compare", str(bad), str(bad)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"perfgate: results {bad}: not a perfgate results JSON file (") and err.count("\n") == 1
+    assert (
+        err.startswith(f"perfgate: results {bad}: not a perfgate results JSON file: not valid JSON (")
+        and err.count("\n") == 1
+    )
 
 
 def test_doctor_json_through_the_cli(capsys, monkeypatch):
@@ -89,3 +94,39 @@ def test_doctor_json_through_the_cli(capsys, monkeypatch):
     assert report["nvml"]["p2p_read"] == [["X", "OK"], ["OK", "X"]]
     assert report["autotune"]["status"] == "sglang not installed"
     assert report["autotune"]["explanation"] == f"sglang is not importable by {sys.executable}"
+
+
+HOSTILE = {
+    "deep": ("[" * 100_000 + "]" * 100_000, "nested 100,000 levels deep"),
+    "long number": ('{"workloads": [], "schema_version": ' + "7" * 5000 + "}", "a number of 5,000 digits"),
+    "key twice": ('{"workloads": [], "workloads": []}', "the key 'workloads' twice in one object"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_json_is_one_line_and_the_error_exit(tmp_path, capsys, case):
+    # compare exited 1, the regression code, after a traceback.
+    text, why = HOSTILE[case]
+    bad = tmp_path / "p" / "bad.json"
+    bad.parent.mkdir()
+    bad.write_text(text)
+    assert main(["compare", str(bad), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"perfgate: results {bad}: not a perfgate results JSON file: {why}") and err.count("\n") == 1
+    assert main(["baselines", "show", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"perfgate: baseline {bad}: {why}") and err.count("\n") == 1
+    assert main(["baselines", "list", "--dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"perfgate: baseline {bad}: {why}") and err.count("\n") == 1
+
+
+def test_ab_results_inside_the_baseline_store_are_refused(tmp_path, capsys):
+    profile = tmp_path / "p.toml"
+    profile.write_text("")
+    store = tmp_path / "baselines"
+    assert main(["ab", str(profile), "--baselines", str(store), "--results", str(store / "p")]) == 2
+    assert capsys.readouterr().err == (
+        f"perfgate: --results {store / 'p'}: lies inside the baseline store {store} (--baselines), and the next run "
+        "would read the files written there as baselines; pass a folder outside it\n"
+    )

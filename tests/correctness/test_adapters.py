@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 import pytest
 
+from perfgate._redact import MIN_PIECE_CHARS, SECRETS
 from perfgate.correctness import Position, Prompt, open_client
 from perfgate.correctness._adapters import NonFiniteAnswer
 from perfgate.errors import CorrectnessError
@@ -199,3 +200,12 @@ def test_zeros_that_are_not_sglangs_clip_are_refused(api: str, body: dict[str, A
     with pytest.raises(CorrectnessError) as err:
         _call(api, "score", 200, body, 25, 640)
     assert first in str(err.value)
+
+
+def test_an_error_answer_quoting_a_key_past_the_cut_shows_none_of_it() -> None:
+    # The probe quotes 300 characters of an error answer: the key at 260 is redacted before the cut.
+    key = "sk-probe-" + "4f1c2a9e8b7d6c5a4f1c2a9e8b7d6c5a"
+    SECRETS.add(key)
+    with pytest.raises(CorrectnessError) as err:
+        _call("sglang", "generate", 401, ("x" * 260 + f"bad key {key}").encode())
+    assert key[:MIN_PIECE_CHARS] not in str(err.value) and "<redacted>" in str(err.value)

@@ -13,12 +13,20 @@ from pathlib import Path
 
 import pytest
 
+from perfgate._redact import SECRETS
 from perfgate.explain import NO_ENDPOINT, capture_profile, read_trace
 from perfgate.explain._capture import _EXTRAS_S, _SETTLED_S
 from tests.support import loopback_http
 
 
-def handler(status: int, *, write: bool = False, delay_s: float = 0.0, seen: list[str] | None = None) -> type:
+def handler(
+    status: int,
+    *,
+    write: bool = False,
+    delay_s: float = 0.0,
+    seen: list[str] | None = None,
+    error: bytes = b"Internal Server Error: boom",
+) -> type:
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -29,7 +37,7 @@ def handler(status: int, *, write: bool = False, delay_s: float = 0.0, seen: lis
                 if write:
                     out = Path(json.loads(body)["output_dir"])
                     (out / "perfgate-TP-0.trace.json").write_text('{"traceEvents": []}')
-            text = b"Start profiling.\n" if status == 200 else b"Internal Server Error: boom"
+            text = b"Start profiling.\n" if status == 200 else error
             self.send_response(status)
             self.send_header("Content-Length", str(len(text)))
             self.end_headers()
@@ -63,6 +71,15 @@ def test_an_error_answer_is_quoted(tmp_path: Path) -> None:
     with loopback_http(handler(500)) as server:
         cap = capture_profile(url(server), tmp_path / "p", num_steps=3, activities=["CPU"], timeout_s=5)
     assert cap.note == "/start_profile answered 500: Internal Server Error: boom"
+
+
+def test_an_error_answer_quoting_a_key_past_the_cut_shows_none_of_it(tmp_path: Path) -> None:
+    # The answer is quoted up to 200 characters: a key at 180 is redacted before the cut.
+    key = "sk-explain-" + "9d8c7b6a5f4e3d2c1b0a9d8c7b6a5f4e"
+    SECRETS.add(key)
+    with loopback_http(handler(500, error=("y" * 180 + key).encode())) as server:
+        cap = capture_profile(url(server), tmp_path / "p", num_steps=3, activities=["CPU"], timeout_s=5)
+    assert cap.note == "/start_profile answered 500: " + "y" * 180 + "<redacted>"
 
 
 def test_no_file_is_a_note_after_stop_profile(tmp_path: Path) -> None:

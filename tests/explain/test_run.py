@@ -87,6 +87,32 @@ def test_a_slice_is_captured_reduced_and_kept_compressed(tmp_path: Path) -> None
     assert "in no gated metric" in res.excluded
 
 
+class WritesHostile(Writes):
+    """A trace with a NaN and an Infinity duration (the profiler's JSON allows neither)."""
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        events = [{"ph": "X", "cat": "kernel", "name": "gemm", "ts": i * 10, "dur": 5} for i in range(4)]
+        text = json.dumps({"traceEvents": events}).replace('"dur": 5}', '"dur": NaN}', 1)
+        Path(body["output_dir"], "perfgate-TP-0.trace.json").write_text(
+            text.replace('"dur": 5}', '"dur": Infinity}', 1)
+        )
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+def test_events_without_a_measured_time_are_left_out_with_a_note(tmp_path: Path) -> None:
+    with loopback_http(WritesHostile) as server:
+        res = run_slice(repeat([0, 1, 5, 10]), base_url=url(server), spec=SPEC, folder=tmp_path, activities=["CPU"])
+    assert res.table is not None and res.table.rows[0].calls == 2
+    assert (
+        "2 kernel events of perfgate-TP-0.trace.json left out: their ts or dur is NaN, infinite, a negative "
+        "duration or beyond any measured time"
+    ) in res.notes
+    json.dumps(res.to_dict(), allow_nan=False)
+
+
 class VllmWrites(http.server.BaseHTTPRequestHandler):
     """vLLM's way, into the folder it was started with: the front end's trace (host operators of
     the HTTP server, no steps) sorts first; the worker's holds the annotated steps."""

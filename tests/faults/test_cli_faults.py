@@ -87,8 +87,8 @@ def test_inconclusive_and_stopped_workloads_exit_2(tmp_path: Path, capsys: pytes
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--alpha", "2"], "--alpha: expected a significance level between 0 and 1 (exclusive), got '2'"),
-        (["--alpha", "x"], "--alpha: expected a significance level between 0 and 1 (exclusive), got 'x'"),
+        (["--alpha", "2"], "--alpha: expected a number between 0 and 1 (exclusive), got '2'"),
+        (["--alpha", "x"], "--alpha: expected a number > 0, got 'x'"),
         (["--metric", "mean_tpott_ms"], "did you mean 'mean_tpot_ms'?"),
     ],
 )

@@ -219,6 +219,26 @@ def test_a_link_out_of_the_baselines_folder_is_named_not_read(gate: Gate) -> Non
     refused_before_boot(outcome, INTERRUPTED, f"baseline {link}: a symbolic link to {outside}, outside the baselines")
 
 
+def test_a_baseline_with_a_key_twice_is_named_before_boot(gate: Gate) -> None:
+    # The last of two "output_throughput" keys was taken: a 1.0 floor made any run pass.
+    path = gate.baselines / "faults" / f"{WORKLOAD}--2xsim--000000000000.json"
+    path.parent.mkdir(parents=True)
+    path.write_text('{"schema_version": 1, "repeats": [{"output_throughput": 900.0, "output_throughput": 1.0}]}')
+    outcome = gate.run()
+    refused_before_boot(outcome, INTERRUPTED, f"baseline {path}: the key 'output_throughput' twice in one object")
+    assert "1 baseline file(s) of profile 'faults' cannot be used; nothing was run" in outcome.out
+
+
+def test_results_inside_the_baseline_store_are_refused(gate: Gate) -> None:
+    # They were written there, and the next gate read them as broken baselines.
+    inside = gate.baselines / "faults"
+    outcome = gate.run(f"--perf-results={inside}")
+    refused_before_boot(
+        outcome, USAGE, f"--perf-results {inside}: lies inside the baseline store {gate.baselines} (--perf-baselines)"
+    )
+    assert not gate.baselines.exists()
+
+
 @pytest.mark.parametrize("kind", ["fifo", "directory", "socket"])
 def test_a_profile_that_is_not_a_file_is_refused(gate: Gate, kind: str) -> None:
     path = inputs(gate) / "profile.toml"
@@ -246,6 +266,18 @@ def test_a_dataset_that_is_a_fifo_fails_the_workload_without_hanging(gate: Gate)
     assert f"dataset_path {fifo}: cannot be read (it is a FIFO (named pipe), not a regular file)" in outcome.out
     assert elapsed < PROMPT_S
     assert gate.baseline_bytes() == {}
+
+
+def test_a_step_summary_that_is_a_fifo_nobody_reads_is_one_line_and_the_verdict_stands(gate: Gate) -> None:
+    # It hung the run after the tests, until CI killed it.
+    fifo = inputs(gate) / "step-summary"
+    os.mkfifo(fifo)
+    start = time.monotonic()
+    outcome = gate.run(f"--perf-results={gate.results}", env={"GITHUB_STEP_SUMMARY": str(fifo)})
+    assert outcome.ret == 0, outcome.out[-3000:]
+    assert time.monotonic() - start < PROMPT_S
+    assert f"results: {fifo}: not written: it is a FIFO (named pipe), not a regular file" in outcome.out
+    assert len(list(gate.results.glob("results-*/summary.md"))) == 1
 
 
 # -- the perfgate command -------------------------------------------------------------------------

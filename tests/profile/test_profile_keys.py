@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import math
@@ -16,9 +17,20 @@ from hypothesis import strategies as st
 
 from perfgate.errors import ProfileError
 from perfgate.load._dataset import DEFAULT_TOKEN_ID_RANGE
-from perfgate.profile import GateSpec, Profile, ServerSpec, TelemetrySpec, Workload, parse_profile
+from perfgate.profile import (
+    CorrectnessSpec,
+    ExplainSpec,
+    GateSpec,
+    Profile,
+    ServerSpec,
+    TelemetrySpec,
+    Workload,
+    key_check,
+    option_type,
+    parse_profile,
+)
 from perfgate.profile.__main__ import main as profile_main
-from perfgate.profile._keys import checks, key_docs, toml_value
+from perfgate.profile._keys import Bad, Check, checks, key_docs, toml_value
 from perfgate.profile._reference import SECTION, reference_markdown
 from perfgate.sim._options import sim_options
 
@@ -122,6 +134,85 @@ def test_huge_integer_is_a_profile_error_not_an_overflow():
         parse(text)
 
 
+# -- every number bounded, one set of bounds for a key and an option -----------------------------
+
+TABLES = (ServerSpec, TelemetrySpec, ExplainSpec, Workload, GateSpec, CorrectnessSpec)
+NUMBER_KEYS = [
+    (table, name, check)
+    for table in TABLES
+    for name, check in checks(table).items()
+    if check.type.startswith(("number", "integer", "table of metric"))
+]
+
+
+@pytest.mark.parametrize(("table", "name", "check"), NUMBER_KEYS, ids=[f"{t.__name__}.{n}" for t, n, _ in NUMBER_KEYS])
+def test_every_number_key_has_an_upper_bound(table: type, name: str, check: Check) -> None:
+    # 1e308 seconds crashed a sampling thread (OverflowError) while the run went on and recorded.
+    for huge in (1e308, 10**400):
+        value = {"output_throughput": huge} if check.type.startswith("table of metric") else huge
+        with pytest.raises(Bad):
+            check.convert(value)
+
+
+@pytest.mark.parametrize(
+    ("section", "line", "tail"),
+    [
+        ("[telemetry]", "interval_s = 1e308", "expected a number >= 0.01 and <= 86,400, got 1e+308"),
+        (
+            "[[workload]]\nnum_prompts = 4\nconcurrency = 4\ninput_len = 8\noutput_len = 8",
+            "request_rate = 1e-300",
+            'expected a number >= 0.001 or "inf", got 1e-300',
+        ),
+    ],
+)
+def test_a_number_no_run_could_have_is_refused_at_load(section: str, line: str, tail: str) -> None:
+    # request_rate = 1e-300 made a run whose arrivals never end.
+    with pytest.raises(ProfileError) as err:
+        parse(SIM.format(sim="") + f"\n{section}\n{line}\n")
+    assert str(err.value).endswith(tail)
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("x = " + "9" * 5000, "an integer of more digits than Python reads (4,300)"),
+        ("x = " + "[" * 100_000 + "]" * 100_000, "nested deeper than the parser can read (at most 64 levels are read)"),
+        ("x = " + "{ a = " * 80 + "1" + " }" * 80, "nested 81 levels deep (at most 64 are read)"),
+    ],
+)
+def test_toml_the_parser_cannot_take_is_one_line_naming_the_file(text: str, why: str) -> None:
+    with pytest.raises(ProfileError) as err:
+        parse(text + "\n" + SIM.format(sim=""))
+    assert str(err.value) == f"profile profiles/x.toml: not valid TOML: {why}"
+
+
+@settings(max_examples=200)
+@given(st.one_of(st.integers(-10, 2000), st.floats(allow_nan=True), st.sampled_from(["1e308", "9" * 5000, "x", "inf"])))
+def test_an_option_is_bounded_as_the_key_it_overrides(value: object) -> None:
+    # --perf-repeats=1000000 was taken while [gate] repeats stops at 1,000.
+    check = key_check(GateSpec, "repeats")
+    text = str(value)
+    try:
+        from_option = option_type(check)(text)
+    except argparse.ArgumentTypeError as e:
+        from_option = str(e)
+    try:
+        from_key = check.convert(value if not isinstance(value, str) else parse_number(value))
+    except Bad as e:
+        from_key = f"expected {e.expected}, got {text!r}"
+    assert from_option == from_key
+
+
+def parse_number(text: str) -> object:
+    """A value as TOML would give it for ``text`` (an integer, a float, else the text)."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text
+
+
 # -- [server.sim] against the simulator's own option declarations -----------------------------
 
 
@@ -145,10 +236,12 @@ def test_misspelt_simulator_option_is_one_line_with_did_you_mean():
 @pytest.mark.parametrize(
     "line, expected",
     [
-        ('time_scale = "fast"', "expected a number > 0.0, got 'fast'"),
-        ("time_scale = 0", "expected a number > 0.0, got 0"),
-        ("stream_interval = 1.5", "expected an integer >= 1, got 1.5"),
-        ("seed = 0.5", "expected an integer, got 0.5"),
+        ('time_scale = "fast"', "expected a number > 0.0 and <= 1000.0, got 'fast'"),
+        ("time_scale = 0", "expected a number > 0.0 and <= 1000.0, got 0"),
+        ("time_scale = 1e308", "expected a number > 0.0 and <= 1000.0, got 1e+308"),
+        ("startup_delay_s = 1e308", "expected a number >= 0.0 and <= 86400.0, got 1e+308"),
+        ("stream_interval = 1.5", "expected an integer from 1 to 10,000,000, got 1.5"),
+        ("seed = 0.5", "expected an integer from 0 to 4,294,967,295, got 0.5"),
         ('zero_cost = "maybe"', "expected true or false, got 'maybe'"),
         ('dcgm_names = "old"', "expected one of 'classic', 'new', got 'old'"),
         ("http_error_rate = 2", "expected a number >= 0.0 and <= 1.0, got 2"),

@@ -177,7 +177,7 @@ def test_a_request_rate_list_is_a_sweep_too():
         ),
         (
             'concurrency = 4\nrequest_rate = [1, "inf"]\ninput_len = 8\noutput_len = 8',
-            ["a list of finite rates > 0 in increasing order"],
+            ["a list of finite rates >= 0.001, <= 1,000,000,000 in increasing order"],
         ),
         (
             "concurrency = [2, 8]\nclient_processes = 4\ninput_len = 8\noutput_len = 8\nslo = { ttft_ms = 9 }",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -86,3 +87,39 @@ def test_a_secret_cut_across_pieces_is_not_written(tmp_path: Path) -> None:
     assert (
         secret not in text and text.count("<redacted>") == 2 and oct(os.stat(tmp_path / "f.json").st_mode)[-3:] == "644"
     )
+
+
+def _written_in_time(summary: Path, results: Path) -> Artefacts:
+    """write_results with ``summary`` as the step summary, in a thread that must end within 20 s."""
+    done: list[Artefacts] = []
+    worker = threading.Thread(
+        target=lambda: done.append(write_results(_summary(2), results, step_summary=str(summary)))
+    )
+    worker.start()
+    worker.join(20)
+    if worker.is_alive():
+        # Blocked on the FIFO (the old code): a reader lets it go, and the case fails.
+        os.close(os.open(summary, os.O_RDONLY | os.O_NONBLOCK))
+        worker.join(20)
+        pytest.fail(f"writing the step summary to {summary} blocked")
+    return done[0]
+
+
+def test_a_step_summary_that_is_a_fifo_is_one_line_and_no_hang(tmp_path: Path) -> None:
+    fifo = tmp_path / "summary-fifo"
+    os.mkfifo(fifo)
+    out = _written_in_time(fifo, tmp_path / "results")
+    assert out.skipped == [
+        f"{fifo}: not written: it is a FIFO (named pipe), not a regular file; GITHUB_STEP_SUMMARY must name a "
+        "regular file; the summary is in summary.md"
+    ]
+    # Not a failure: the run's own files are all there, and its exit code is its verdict's.
+    assert out.failed == [] and out.written and fifo not in out.written
+
+
+def test_a_step_summary_file_is_appended_to(tmp_path: Path) -> None:
+    summary = tmp_path / "step-summary.md"
+    summary.write_text("earlier step\n")
+    out = _written_in_time(summary, tmp_path / "results")
+    assert out.skipped == out.failed == [] and summary in out.written
+    assert summary.read_text().startswith("earlier step\n## perfgate: p")

@@ -8,6 +8,7 @@ import tracemalloc
 from array import array
 from pathlib import Path
 
+from perfgate import _json
 from perfgate.load import ClientStats, LoadRun, RequestRecord
 from perfgate.metrics import compute_metrics
 from perfgate.report import results_document, write_results
@@ -81,3 +82,13 @@ def test_writing_the_results_takes_the_memory_of_a_request_not_of_the_run(tmp_pa
     per_request = (large - small) / 2_700
     print(f"peak while writing: {small:,} B for 300 requests, {large:,} B for 3,000 ({per_request:.0f} B per request)")
     assert per_request < 300, (small, large)
+
+
+def test_nan_and_infinity_are_written_as_null_never_as_invalid_json(tmp_path):
+    # NaN or Infinity in a results file made perfgate compare refuse it.
+    summary = _summary(3)
+    summary.workloads[0].repeats[0].metrics.values.update(p99_ttft_ms=float("nan"), output_throughput=float("inf"))
+    assert write_results(summary, tmp_path).failed == []
+    (path,) = tmp_path.glob("results-*.json")
+    values = _json.loads(path.read_text())["workloads"][0]["repeats"][0]["values"]
+    assert values["p99_ttft_ms"] is None and values["output_throughput"] is None

@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from perfgate._redact import (
+    MIN_PIECE_CHARS,
     MIN_SECRET_CHARS,
     REDACTED,
     SecretRegistry,
@@ -168,3 +169,47 @@ def test_secret_looking_env(name: str, value: str, secret: bool) -> None:
 )
 def test_a_url_is_shown_without_its_credentials(user: str, password: str) -> None:
     assert without_userinfo(f"http://{user}:{password}@127.0.0.1:9/v1") == f"http://{REDACTED}@127.0.0.1:9/v1"
+
+
+# -- a text cut for a message (redacted whole, then cut) ------------------------------------------
+
+
+def _pieces_at_end(out: str, secret: str) -> list[str]:
+    return [secret[:n] for n in range(MIN_PIECE_CHARS, len(secret) + 1) if out.endswith(secret[:n])]
+
+
+@settings(max_examples=300)
+@given(secret=secrets, before=texts, after=texts, limit=st.integers(0, 260))
+def test_a_text_cut_for_a_message_keeps_no_piece_of_a_secret(secret: str, before: str, after: str, limit: int) -> None:
+    out = _registry(secret).clip(before + secret + after, limit)
+    assert secret not in out
+    assert not _pieces_at_end(out, secret)
+    assert len(out) <= limit + len(REDACTED)
+
+
+@settings(max_examples=300)
+@given(secret=secrets, before=texts, after=texts, limit=st.integers(0, 260))
+def test_the_end_of_a_text_cut_for_a_message_starts_with_no_piece_of_a_secret(
+    secret: str, before: str, after: str, limit: int
+) -> None:
+    out = _registry(secret).clip(before + secret + after, limit, tail=True)
+    assert secret not in out
+    assert not [secret[-n:] for n in range(MIN_PIECE_CHARS, len(secret) + 1) if out.startswith(secret[-n:])]
+
+
+def test_a_key_quoted_across_the_cut_is_not_shown_in_part() -> None:
+    # The audit's case: a key at character 260 of an answer cut at 300 showed 40 of its 41 characters.
+    key = "sk-live-" + "0123456789abcdef0123456789abcdef0"
+    answer = "x" * 260 + key + " was refused"
+    out = _registry(key).clip(answer, 300)
+    assert out == "x" * 260 + REDACTED + " was refused"
+    # An answer the server (or a bound on what is read) cut inside the key loses that piece too.
+    assert _registry(key).clip(answer[:280], 300) == "x" * 260 + REDACTED
+    assert _registry(key).clip(answer[:263], 300) == answer[:263]  # 3 characters say nothing of it
+
+
+def test_a_piece_of_a_base64_form_takes_its_whole_word() -> None:
+    secret = "user:hunter2-correct-horse"
+    encoded = base64.b64encode(secret.encode()).decode()
+    out = _registry(secret).clip(f"Authorization: Basic {encoded[:20]}", 100)
+    assert out == f"Authorization: Basic {REDACTED}"

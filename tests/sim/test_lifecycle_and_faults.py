@@ -162,16 +162,18 @@ def test_slowdown_env_reaches_the_engine(sims) -> None:
     assert opts.engine_config().slowdown == 1.10
 
 
-def test_invalid_slowdown_exits_with_a_clear_message(tmp_path) -> None:
+@pytest.mark.parametrize("value", ["fast", "1e308"])
+def test_invalid_slowdown_exits_with_a_clear_message(tmp_path, value: str) -> None:
+    # 1e308 was taken: every step then slept longer than any run lasts.
     proc = subprocess.run(
         [sys.executable, "-m", "perfgate.sim", "--port", "1"],
-        env={"PYTHONPATH": SRC, "PERFGATE_SIM_SLOWDOWN": "fast"},
+        env={"PYTHONPATH": SRC, "PERFGATE_SIM_SLOWDOWN": value},
         capture_output=True,
         text=True,
         timeout=30,
     )
     assert proc.returncode == 2
-    assert "PERFGATE_SIM_SLOWDOWN='fast'" in proc.stderr and "positive number" in proc.stderr
+    assert f"PERFGATE_SIM_SLOWDOWN={value!r}" in proc.stderr and "a number > 0 and <= 1000" in proc.stderr
 
 
 def test_unknown_option_is_an_argparse_error_naming_it(capsys) -> None:

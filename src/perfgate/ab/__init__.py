@@ -17,7 +17,6 @@ from perfgate.ab._options import (
     add_ab_options,
     candidate_from,
     rounds_from,
-    whole,
 )
 from perfgate.ab._order import abba_order
 from perfgate.ab._run import AbOptions, AbPlan, plan_ab, run_ab
@@ -50,5 +49,4 @@ __all__ = [
     "run_ab",
     "select_workloads",
     "variants",
-    "whole",
 ]

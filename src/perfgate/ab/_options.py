@@ -9,16 +9,18 @@ them, so the defaults, the types and the messages are the same on both.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from perfgate.ab._candidate import Candidate, parse_args, parse_env
+from perfgate.profile import MAX_REPEATS, integer, option_type
 
 # 6 rounds: the fewest at which the sign test can confirm a change at alpha 0.05 with one
 # round to spare (5 is the least), and an even number, so the ABBA blocks are whole.
 DEFAULT_ROUNDS = 6
+# A round runs each variant once, as a repeat does: the bounds of [gate] repeats.
+ROUNDS = integer(1, MAX_REPEATS)
 
 
 @dataclass(frozen=True)
@@ -68,21 +70,6 @@ PLUGIN_FLAGS = AbFlags(
 )
 
 
-def whole(low: int) -> Callable[[str], int]:
-    """An option type: a whole number >= ``low``, else one line saying what was expected."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = low - 1
-        if value < low:
-            raise argparse.ArgumentTypeError(f"expected a whole number >= {low}, got {text!r}")
-        return value
-
-    return parse
-
-
 def add_ab_options(addoption: Callable[..., Any], flags: AbFlags) -> None:
     """Declare B's change, the rounds and --accept-candidate with ``addoption``, named by ``flags``."""
     note, c = flags.note, flags.candidate
@@ -110,14 +97,14 @@ def add_ab_options(addoption: Callable[..., Any], flags: AbFlags) -> None:
     addoption(
         flags.rounds,
         metavar="N",
-        type=whole(1),
+        type=option_type(ROUNDS),
         default=None,
         help=f"{note}rounds of one A and one B run each (default {DEFAULT_ROUNDS})",
     )
     addoption(
         flags.max_rounds,
         metavar="M",
-        type=whole(1),
+        type=option_type(ROUNDS),
         default=None,
         help=f"{note}most rounds in all: two more are run at a time while a verdict is inconclusive "
         f"(default 2 x {flags.rounds})",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from perfgate.ab._accept import accept_candidate
 from perfgate.ab._candidate import Candidate, Label, Variant, variants
-from perfgate.ab._options import CLI_FLAGS, DEFAULT_ROUNDS, AbFlags
+from perfgate.ab._options import CLI_FLAGS, DEFAULT_ROUNDS, ROUNDS, AbFlags
 from perfgate.ab._order import abba_order
 from perfgate.ab._select import select_workloads
 from perfgate.ab._summary import AbRun, AbSummary, AbWorkload, VariantSummary
@@ -24,7 +24,7 @@ from perfgate.baseline import BaselineStore, Fingerprint, normalize_args
 from perfgate.correctness import CorrectnessResult, ProbeSpec, judge_probe, off_reason, probe_spec, run_probe
 from perfgate.errors import CorrectnessError, PerfgateError
 from perfgate.load import Progress, check_dataset
-from perfgate.profile import Profile, Workload, validate
+from perfgate.profile import Profile, Workload, checked, seconds, validate
 from perfgate.server import server_config
 from perfgate.session import LOG_DIR, RunSummary, Session, SessionOptions
 from perfgate.verdict import MetricRule, PairedMetricVerdict, WorkloadVerdict, judge_paired, rules_for
@@ -56,8 +56,14 @@ class AbOptions:
     def check(self) -> None:
         """PerfgateError naming the option for impossible combinations (before anything boots)."""
         f = self.flags
-        if self.rounds < 1:
-            raise PerfgateError(f"{f.rounds} {self.rounds}: expected a whole number >= 1 ({DEFAULT_ROUNDS} by default)")
+        try:
+            # The bounds the options' types have, for options set in code.
+            checked(ROUNDS, self.rounds, f.rounds)
+            if self.max_rounds is not None:
+                checked(ROUNDS, self.max_rounds, f.max_rounds)
+            checked(seconds, self.lock_wait_s, f.lock_wait)
+        except ValueError as e:
+            raise PerfgateError(str(e)) from None
         if self.max_rounds is not None and self.max_rounds < self.rounds:
             raise PerfgateError(f"{f.max_rounds} {self.max_rounds}: expected at least {f.rounds} ({self.rounds})")
         if self.reason is not None and not self.accept_candidate:
@@ -66,8 +72,6 @@ class AbOptions:
             )
         if self.reason is not None and not self.reason.strip():
             raise PerfgateError(f"{f.reason} is empty; say why B's numbers are accepted")
-        if self.lock_wait_s < 0:
-            raise PerfgateError(f"{f.lock_wait} {self.lock_wait_s:g}: expected seconds >= 0")
 
 
 class _Rounds:

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import json
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Collection, Mapping, Sequence
@@ -26,7 +26,9 @@ from pathlib import Path
 
 import filelock
 
-from perfgate._files import WriteFailed, publish, read_named
+from perfgate import _json
+from perfgate._files import WriteFailed, kind_of, publish, read_named
+from perfgate._json import JSONInputError
 from perfgate._names import file_stem, path_in
 from perfgate.baseline._document import FIX_HINT, Baseline, NewerSchemaError, check_repeats, gated_problems
 from perfgate.baseline._fingerprint import Fingerprint
@@ -62,7 +64,7 @@ class BaselineStore:
         corrupt: list[BaselineError] = []
         newer: list[BaselineError] = []
         readable: list[Baseline] = []
-        for path in sorted(folder.glob("*.json")):
+        for path in self._listed(folder, "*.json"):
             try:
                 b = self._read(path)
             except NewerSchemaError as e:
@@ -120,6 +122,15 @@ class BaselineStore:
             ]
         return problems
 
+    def refuse_inside(self, path: Path, option: str, store_option: str) -> None:
+        """BaselineError when ``path`` (given with ``option``, a folder perfgate writes) is the
+        store or lies in it: the next run would read what it wrote there as baselines."""
+        if Path(os.path.realpath(path)).is_relative_to(os.path.realpath(self.root)):
+            raise BaselineError(
+                f"{option} {path}: lies inside the baseline store {self.root} ({store_option}), and the next run "
+                f"would read the files written there as baselines; pass a folder outside it"
+            )
+
     def _folder(self, profile: str) -> Path:
         return path_in(self.root, file_stem(profile))
 
@@ -128,12 +139,33 @@ class BaselineStore:
         return path_in(self._folder(profile), name)
 
     def _workload_files(self, profile: str, workload: str) -> list[Path]:
-        return sorted(self._folder(profile).glob(f"{glob.escape(file_stem(workload))}--*.json"))
+        return self._listed(self._folder(profile), f"{glob.escape(file_stem(workload))}--*.json")
+
+    def _listed(self, folder: Path, pattern: str) -> list[Path]:
+        """The files of ``folder`` that match ``pattern``, sorted; BaselineError when the folder (or
+        the root) is there but cannot be listed: a symbolic link loop or a file globs as empty,
+        and every metric would then pass as having no baseline."""
+        for path in (self.root, folder):
+            problem = _folder_problem(path)
+            if problem:
+                raise BaselineError(
+                    f"baselines folder {path}: {problem}; make it a folder (or a link to one), or pass "
+                    "--perf-baselines another one"
+                )
+        return sorted(folder.glob(pattern))
 
     def _read(self, path: Path) -> Baseline | None:
-        """``read_baseline``, refusing a symbolic link that leads out of the root."""
+        """``read_baseline``, refusing a symbolic link that leads out of the root or nowhere."""
         if path.is_symlink():
-            target = path.resolve()
+            try:
+                target = Path(os.path.realpath(path, strict=True))
+            except FileNotFoundError:
+                return None  # a link whose file is gone: no file, as for a file deleted meanwhile
+            except OSError as e:
+                raise BaselineError(
+                    f"baseline {path}: a symbolic link that cannot be followed ({e.strerror}); replace the link by "
+                    "the file itself, or delete it"
+                ) from None
             if not target.is_relative_to(self.root.resolve()):
                 raise BaselineError(
                     f"baseline {path}: a symbolic link to {target}, outside the baselines folder {self.root}; "
@@ -174,8 +206,13 @@ class BaselineStore:
         """Every readable baseline under the root, sorted by file path, and the error of each
         unusable file (one bad file must not hide the others)."""
         found: list[Baseline] = []
-        errors: list[BaselineError] = []
-        for path in sorted(self.root.glob("*/*.json")):
+        # A profile's folder that is a link leading nowhere would be left out of the glob unseen.
+        errors = [
+            BaselineError(f"baselines folder {p}: {problem}; make it a folder, or delete the link")
+            for p in self._listed(self.root, "*")
+            if p.is_symlink() and (problem := _folder_problem(p))
+        ]
+        for path in self._listed(self.root, "*/*.json"):
             try:
                 b = self._read(path)
             except BaselineError as e:
@@ -335,6 +372,21 @@ def _refuse_foreign(path: Path, baseline: Baseline) -> None:
         )
 
 
+def _folder_problem(path: Path) -> str:
+    """Why ``path`` cannot be listed as a folder ("" when it can, or when nothing is there)."""
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return ""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "a symbolic link to nothing"
+    except OSError as e:
+        return f"cannot be read ({e.strerror})"
+    return "" if stat.S_ISDIR(mode) else f"it is {kind_of(mode) or 'a file'}, not a folder"
+
+
 def _check_writable(folder: Path) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -367,9 +419,9 @@ def read_baseline(path: Path) -> Baseline | None:
     except FileNotFoundError:
         return None
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise BaselineError(f"baseline {path}: not valid JSON ({e}); {FIX_HINT}") from None
+        data = _json.loads(text)
+    except JSONInputError as e:
+        raise BaselineError(f"baseline {path}: {e}; {FIX_HINT}") from None
     return Baseline.from_dict(data, path)
 
 

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import httpx
 
+from perfgate._redact import SECRETS
 from perfgate.correctness._spec import TOP_LOGPROBS, Api, Prompt
 from perfgate.errors import CorrectnessError
 
@@ -117,11 +118,11 @@ class _Http:
         except httpx.HTTPError as e:
             raise CorrectnessError(f"correctness probe: {path} for prompt {prompt.index} failed: {e!r}") from None
         if r.status_code == 400 and _NONFINITE_400 in r.text:
-            raise NonFiniteAnswer(r.text[:300])
+            raise NonFiniteAnswer(SECRETS.clip(r.text, 300))
         if r.status_code != 200:
             raise CorrectnessError(
                 f"correctness probe: {path} answered HTTP {r.status_code} for prompt {prompt.index}: "
-                f"{r.text[:300]!r}; the server must return logprobs for the probe ([correctness] api, or "
+                f"{SECRETS.clip(r.text, 300)!r}; the server must return logprobs for the probe ([correctness] api, or "
                 "enabled = false with a reason)"
             )
         try:

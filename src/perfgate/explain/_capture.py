@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 
+from perfgate._redact import SECRETS
 from perfgate.explain._trace import still_written
 
 NO_ENDPOINT = "this server offers no profile endpoint"
@@ -145,7 +146,7 @@ def capture_profile(
                 request_s,
             )
         if answer is not None and answer.status_code != 200:
-            text = answer.text.strip().replace("\n", " ")[:200]
+            text = SECRETS.clip(answer.text.strip().replace("\n", " "), 200)
             return Capture(
                 output_dir,
                 (),

@@ -7,7 +7,6 @@ the verdict: that is simpler to prove than cutting a profiled window out of a me
 from __future__ import annotations
 
 import gzip
-import json
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -15,7 +14,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from perfgate import _json
 from perfgate._files import WriteFailed, publish_with, read_named
+from perfgate._json import JSONInputError
 from perfgate.explain._capture import Capture, capture_profile
 from perfgate.explain._diff import ExplainDiff, diff_tables
 from perfgate.explain._table import ExplainError, ProfileTable
@@ -179,6 +180,11 @@ def run_slice(
         )
     except ExplainError as e:
         result.note = str(e)
+    if result.table is not None and result.table.untimed_events:
+        result.notes.append(
+            f"{result.table.untimed_events} {result.table.source} events of {chosen.name} left out: their ts or dur "
+            "is NaN, infinite, a negative duration or beyond any measured time"
+        )
     if len(cap.traces) > 1:
         result.notes.append(f"{len(cap.traces)} trace files (one per rank or process); {chosen.name} is reduced")
     result.reduce_s = time.monotonic() - started
@@ -245,9 +251,9 @@ def read_table(path: Path) -> ProfileTable | None:
     except FileNotFoundError:
         return None
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ExplainError(f"explain table {path}: not valid JSON ({e}); delete it or record it again") from None
+        data = _json.loads(text)
+    except JSONInputError as e:
+        raise ExplainError(f"explain table {path}: {e}; {again}") from None
     return ProfileTable.from_dict(data, str(path))
 
 

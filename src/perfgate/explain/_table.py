@@ -47,7 +47,9 @@ class ProfileTable:
     the steps by kind (``DECODE``, ``EXTEND``) where the server annotates them (SGLang's
     ``step[DECODE bs=16]``), {} where it does not; ``step_tokens``: the tokens those steps
     processed, by kind (a DECODE's batch size, an EXTEND's ``toks``), where annotated;
-    ``step_kind_ms``: those steps' wall time in ms, by kind (see :class:`~perfgate.explain._trace.StepMix`).
+    ``step_kind_ms``: those steps' wall time in ms, by kind (see :class:`~perfgate.explain._trace.StepMix`);
+    ``untimed_events``: events of the table's source left out for a time that is no number a
+    profiler measured (NaN, Infinity, negative duration, 1e308).
 
     One row is no kernel: :data:`GAP_KEY` (or :data:`HOST_GAP_KEY`), the step's time in which
     nothing aggregated ran: a GPU waiting for the host, or a CPU engine's Python between operators.
@@ -64,6 +66,7 @@ class ProfileTable:
     step_kinds: dict[str, int] = field(default_factory=dict)
     step_tokens: dict[str, int] = field(default_factory=dict)
     step_kind_ms: dict[str, float] = field(default_factory=dict)
+    untimed_events: int = 0
 
     def kinds_text(self) -> str:
         """``4 DECODE (16 tokens/step) + 1 EXTEND (4 tokens/step)`` ("" when the trace did not say)."""
@@ -116,6 +119,7 @@ class ProfileTable:
                 # Tables recorded before step_tokens (or step_kind_ms) existed have none.
                 step_tokens={_text(k): _count(v, low=0) for k, v in dict(data.get("step_tokens", {})).items()},
                 step_kind_ms={_text(k): _number(v) for k, v in dict(data.get("step_kind_ms", {})).items()},
+                untimed_events=_count(data.get("untimed_events", 0), low=0),
             )
         except (KeyError, TypeError, ValueError) as e:
             raise bad(f"malformed ({type(e).__name__}: {e})") from None

@@ -9,7 +9,6 @@ has the measurement that made a streaming parser unnecessary).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -21,11 +20,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from perfgate import _json
 from perfgate._files import NotAFileError, read_bytes
+from perfgate._json import JSONInputError, JSONSyntaxError
 from perfgate.explain._names import normalise, variant
 from perfgate.explain._table import GAP_KEY, HOST_GAP_KEY, ExplainError, KernelRow, ProfileTable, Source
 
 DEFAULT_MAX_TRACE_BYTES = 256 * 1024 * 1024
+# A time (ts or dur) past this many microseconds, 3,000 years, is no time a profiler measured:
+# such events are dropped, so that the sums of millions of them stay finite numbers.
+MAX_TIME_US = 1e17
 DEFAULT_TOP_N = 50
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -54,11 +58,11 @@ def read_trace(path: Path, *, root: Path, max_bytes: int = DEFAULT_MAX_TRACE_BYT
     if data.startswith(_GZIP_MAGIC):
         data = _gunzip(data, max_bytes, where)
     try:
-        doc = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ExplainError(
-            f"{where}: not a JSON trace ({e}); the server may have been stopped while writing it"
-        ) from None
+        doc = _json.loads(data, strict=False)
+    except JSONSyntaxError as e:
+        raise ExplainError(f"{where}: {e}; the server may have been stopped while writing it") from None
+    except JSONInputError as e:
+        raise ExplainError(f"{where}: {e}; not a trace of the torch profiler") from None
     events = doc.get("traceEvents") if isinstance(doc, dict) else doc
     if not isinstance(events, list):
         raise ExplainError(f"{where}: no traceEvents list; not a Chrome trace of the torch profiler")
@@ -89,9 +93,11 @@ def still_written(path: Path, max_bytes: int = DEFAULT_MAX_TRACE_BYTES) -> bool:
     if data.lstrip()[:1] not in (b"{", b"["):
         return False
     try:
-        json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        _json.loads(data, strict=False)
+    except JSONSyntaxError:
         return True
+    except JSONInputError:
+        return False
     return False
 
 
@@ -119,22 +125,29 @@ class _Event:
     thread: tuple[str, str]
 
 
-def _events_of(events: Iterable[Any], category: str) -> list[_Event]:
-    """Complete events (``ph == "X"``) of ``category`` with a name and finite, non-negative times."""
+def _events_of(events: Iterable[Any], category: str) -> tuple[list[_Event], int]:
+    """Complete events (``ph == "X"``) of ``category`` with a name and times (see :func:`_time`,
+    a duration not negative), and how many of the category's events had a name but no such times."""
     out = []
+    untimed = 0
     for e in events:
         if not isinstance(e, Mapping) or e.get("cat") != category or e.get("ph", "X") != "X":
             continue
-        name, ts, dur = e.get("name"), _finite(e.get("ts")), _finite(e.get("dur"))
-        if not isinstance(name, str) or ts is None or dur is None or dur < 0:
+        name, ts, dur = e.get("name"), _time(e.get("ts")), _time(e.get("dur"))
+        if not isinstance(name, str):
+            continue
+        if ts is None or dur is None or dur < 0:
+            untimed += 1
             continue
         out.append(_Event(name, ts, dur, (str(e.get("pid")), str(e.get("tid")))))
-    return out
+    return out, untimed
 
 
-def _finite(value: object) -> float | None:
-    """``value`` as a float when it is a finite JSON number, else None."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+def _time(value: object) -> float | None:
+    """``value`` as a float when it is a JSON number a profiler can have measured (finite, at most
+    MAX_TIME_US either side of 0), else None: NaN, Infinity or 1e308 would make the table's sums
+    infinite, and NaN or Infinity in the results JSON and the stored reference profile."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) <= MAX_TIME_US:
         return float(value)
     return None
 
@@ -171,11 +184,11 @@ def reduce_trace(
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
     source: Source = "kernel"
-    found = _events_of(events, "kernel")
+    found, untimed = _events_of(events, "kernel")
     durations = [e.dur_us for e in found]
     if not found:
         source = "cpu_op"
-        found = _events_of(events, "cpu_op")
+        found, untimed = _events_of(events, "cpu_op")
         durations = _self_times(found)
     if not found:
         raise ExplainError(
@@ -235,6 +248,7 @@ def reduce_trace(
         step_kinds=mix.kinds,
         step_tokens=mix.tokens,
         step_kind_ms=mix.ms,
+        untimed_events=untimed,
     )
 
 
@@ -295,7 +309,7 @@ def step_kinds(events: Sequence[Any], *, window_end_us: float = -math.inf) -> St
             kinds[kind] += 1
             if count is not None:
                 tokens[kind] += count
-            ts, dur = _finite(e.get("ts")), _finite(e.get("dur"))
+            ts, dur = _time(e.get("ts")), _time(e.get("dur"))
             if ts is None:
                 untimed.add(kind)
             else:

@@ -79,11 +79,11 @@ def _count(value: Any) -> int | None:
 
 
 def _error_text(obj: Any) -> str:
-    # Redacted before it is cut: a cut through an echoed key would leave part of it unmatched.
-    if isinstance(obj, dict):
-        msg = obj.get("message") or obj.get("detail") or SECRETS.text(json.dumps(obj))[:200]
+    """An error chunk's message as the server wrote it, else its start (redacted before it is cut)."""
+    msg = (obj.get("message") or obj.get("detail")) if isinstance(obj, dict) else None
+    if msg:
         return SECRETS.text(str(msg))
-    return SECRETS.text(str(obj))[:200]
+    return SECRETS.clip(json.dumps(obj) if isinstance(obj, dict) else str(obj), 200)
 
 
 # Keys as orjson writes them (SGLang's compact layout); any other spacing takes the JSON path.

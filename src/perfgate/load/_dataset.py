@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import math
 import os
 import random
@@ -24,7 +23,9 @@ from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from perfgate import _json
 from perfgate._files import read_bytes
+from perfgate._json import JSONInputError
 from perfgate.errors import LoadError
 from perfgate.profile import LengthDist, Workload
 
@@ -228,10 +229,11 @@ def _read_sharegpt(
             f"dataset_path {path}: cannot be read ({e.strerror or e}); point dataset_path at a local ShareGPT JSON file"
         ) from None
     try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        # Not strict: a public dataset may repeat a key, and perfgate reads two fields of it.
+        data = _json.loads(raw, strict=False)
+    except JSONInputError as e:
         raise LoadError(
-            f"dataset_path {path}: not valid JSON ({e}); expected ShareGPT's format, a list of "
+            f"dataset_path {path}: {e}; expected ShareGPT's format, a list of "
             f'{{"conversations": [{{"from": ..., "value": ...}}, ...]}}'
         ) from None
     if not isinstance(data, list):

@@ -217,7 +217,7 @@ class Streamer:
         """The start of a body the server sent instead of a stream, with the keys redacted (a
         proxy's error page may echo the request's Authorization header)."""
         # The plan's keys travel to client processes with it; the registry holds the rest.
-        return _quoted(body, 300, self.plan.redactor.text)
+        return _quoted(body, 300, self.plan.redactor.clip)
 
     def _reason(self, failure: HTTPFailure, state: StreamState) -> str:
         """A failed request's reason; its first word names the kind of failure in the summary."""
@@ -293,9 +293,11 @@ def count_error(state: StreamState, sent_tokens: int, max_tokens: int, prompt_is
     return ""
 
 
-def _quoted(body: bytes, limit: int, keys: Callable[[str], str] = str) -> str:
-    """The start of a server's answer for a message, redacted before it is cut, so that no part
-    of a secret the server echoed back (a 401 page quoting the Authorization header) is shown."""
-    # A little more than shown is redacted: enough for any key that starts inside the limit.
-    text = SECRETS.text(keys(body[: limit + 4096].decode(errors="replace")))
-    return " ".join(text.split())[:limit]
+def _quoted(body: bytes, limit: int, clip: Callable[[str, int], str] = SECRETS.clip) -> str:
+    """The start of a server's answer for a message, redacted before it is cut (see
+    :meth:`SecretRegistry.clip`), so that no part of a secret the server echoed back (a 401
+    page quoting the Authorization header) is shown."""
+    # Only a little more than is shown is decoded: enough for any key that starts inside the limit.
+    # Redacted before the spacing is evened out too, which could change a key with two spaces.
+    text = SECRETS.text(body[: limit + 4096].decode(errors="replace"))
+    return clip(" ".join(text.split()), limit)

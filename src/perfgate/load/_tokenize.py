@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from perfgate._redact import SECRETS
 from perfgate.errors import LoadError
 
 # Texts per /v1/tokenize request: large enough to amortise the round trip, small enough that
@@ -80,7 +81,7 @@ class ServerTokenizer:
         ):
             raise LoadError(
                 f'tokenize = "server": {self.base_url}{path} answered 200 without {n} lists of token ids '
-                f'under "tokens": {answer.text[:200]!r}'
+                f'under "tokens": {SECRETS.clip(answer.text, 200)!r}'
             )
         return batch
 
@@ -88,5 +89,6 @@ class ServerTokenizer:
         tried = f"/v1/tokenize answered {first.status_code}, then " if first is not None else ""
         return LoadError(
             f'tokenize = "server": {self.base_url}: {tried}{path} answered {answer.status_code} '
-            f'{answer.text[:200]!r}; the server cannot count tokens for perfgate: use tokenize = "approximate"'
+            f"{SECRETS.clip(answer.text, 200)!r}; the server cannot count tokens for perfgate: "
+            'use tokenize = "approximate"'
         )

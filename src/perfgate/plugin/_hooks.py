@@ -10,6 +10,7 @@ import pytest
 
 from perfgate._redact import SECRETS, RedactingStream
 from perfgate.ab import PLUGIN_FLAGS
+from perfgate.baseline import BaselineStore
 from perfgate.errors import PerfgateError
 from perfgate.plugin._benchmark import BenchmarkHooks
 from perfgate.plugin._state import STATE_KEY, PluginState
@@ -79,11 +80,6 @@ EXIT_NOT_WRITTEN = pytest.ExitCode.TESTS_FAILED
 
 def _check_options(config: pytest.Config) -> None:
     """Refuse contradictory or impossible options before anything is collected or booted."""
-    repeats = config.getoption("perf_repeats")
-    if repeats is not None and repeats < 1:
-        raise pytest.UsageError(
-            f"--perf-repeats {repeats}: expected a whole number >= 1 (leave it out to use the profile's repeats)"
-        )
     ab = config.getoption("perf_ab")
     accepting = config.getoption("perf_update_baselines") or (ab and config.getoption("perf_accept_candidate"))
     if config.getoption("perf_accept_regression") is not None and not accepting:
@@ -92,14 +88,18 @@ def _check_options(config: pytest.Config) -> None:
             "(or, with --perf-ab, --perf-accept-candidate; a gate run never accepts a regression)"
         )
     _check_ab_options(config, ab)
-    wait_s = config.getoption("perf_lock_wait")
-    if wait_s < 0:
-        raise pytest.UsageError(f"--perf-lock-wait {wait_s:g}: expected seconds >= 0")
     results = config.getoption("perf_results")
     if results and Path(results).exists() and not Path(results).is_dir():
         raise pytest.UsageError(
             f"--perf-results {results}: that is a file; pass a directory (it is created if missing)"
         )
+    if results:
+        try:
+            BaselineStore(PluginState(config).baselines_dir()).refuse_inside(
+                Path(results), "--perf-results", "--perf-baselines"
+            )
+        except PerfgateError as e:
+            raise pytest.UsageError(str(e)) from None
     base_url = config.getoption("perf_base_url")
     if base_url:
         try:
@@ -238,7 +238,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 def _artefact_lines(terminalreporter: pytest.TerminalReporter, state: PluginState) -> None:
-    for line in state.artefacts.failed:
+    for line in [*state.artefacts.skipped, *state.artefacts.failed]:
         terminalreporter.write_line(f"results: {line}")
     if state.artefacts.failed:
         terminalreporter.write_line(

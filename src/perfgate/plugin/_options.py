@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from perfgate.ab import PLUGIN_FLAGS, add_ab_options
+from perfgate.profile import GateSpec, key_check, option_type, seconds
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -37,12 +38,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--perf-results", metavar="DIR", default=None, help="write results JSON, a Markdown summary and plots here"
     )
     group.addoption(
-        "--perf-repeats", metavar="N", type=int, default=None, help="override the profile's repeats per workload"
+        "--perf-repeats",
+        metavar="N",
+        type=option_type(key_check(GateSpec, "repeats")),
+        default=None,
+        help="override the profile's repeats per workload",
     )
     group.addoption(
         "--perf-lock-wait",
         metavar="SECONDS",
-        type=float,
+        type=option_type(seconds),
         default=0.0,
         help="wait this long for GPUs held by another perfgate session (default: fail at once)",
     )

@@ -9,6 +9,7 @@ from typing import NoReturn
 import pytest
 
 from perfgate._files import Artefacts
+from perfgate._redact import SECRETS
 from perfgate.ab import PLUGIN_FLAGS, AbOptions, AbSummary, Candidate, candidate_from, plan_ab, rounds_from, run_ab
 from perfgate.errors import PerfgateError
 from perfgate.plugin._progress import ProgressLine
@@ -43,7 +44,7 @@ class PluginState:
             pytest.fail(text, pytrace=False)
         headline = text.splitlines()[0] if text else type(error).__name__
         if len(headline) > 200:
-            headline = headline[:197] + "..."
+            headline = SECRETS.clip(headline, 197) + "..."
         pytest.fail(f"{headline} [the full message is under {first}]", pytrace=False)
 
     def _path(self, option: str | None, default: str) -> Path:
@@ -62,6 +63,9 @@ class PluginState:
                 raise pytest.Collector.CollectError(f"perfgate: {e}") from None
         return self._profile
 
+    def baselines_dir(self) -> Path:
+        return self._path(self.config.getoption("perf_baselines"), "baselines")
+
     def results_dir(self) -> Path | None:
         opt = self.config.getoption("perf_results")
         return Path(opt) if opt else None
@@ -73,7 +77,7 @@ class PluginState:
             results = self.results_dir()
             log_dir = results if results else Path(cfg.rootpath) / LOG_DIR
             options = SessionOptions(
-                baselines_dir=self._path(cfg.getoption("perf_baselines"), "baselines"),
+                baselines_dir=self.baselines_dir(),
                 log_dir=log_dir,
                 base_url=cfg.getoption("perf_base_url") or "",
                 update_baselines=cfg.getoption("perf_update_baselines"),
@@ -101,7 +105,7 @@ class PluginState:
             rounds=rounds,
             max_rounds=max_rounds,
             log_dir=results if results else Path(cfg.rootpath) / LOG_DIR,
-            baselines_dir=self._path(cfg.getoption("perf_baselines"), "baselines"),
+            baselines_dir=self.baselines_dir(),
             accept_candidate=cfg.getoption(PLUGIN_FLAGS.accept_candidate),
             reason=cfg.getoption(PLUGIN_FLAGS.reason),
             lock_wait_s=cfg.getoption(PLUGIN_FLAGS.lock_wait),

@@ -7,9 +7,11 @@ Every key is declared once, on its dataclass field (``_model.py``); :func:`refer
 (``python -m perfgate.profile --reference``) renders the key reference from those declarations.
 """
 
+from perfgate.profile._keys import checked, integer, key_check, option_type, seconds
 from perfgate.profile._load import load_profile, parse_profile
 from perfgate.profile._model import (
     DEFAULT_TOLERANCE,
+    MAX_REPEATS,
     PROBED_BY_DEFAULT,
     CorrectnessSpec,
     ExplainSpec,
@@ -27,6 +29,7 @@ from perfgate.profile._validate import check_gated, merged_gate, validate
 
 __all__ = [
     "DEFAULT_TOLERANCE",
+    "MAX_REPEATS",
     "PROBED_BY_DEFAULT",
     "SLO_KEYS",
     "CorrectnessSpec",
@@ -41,9 +44,14 @@ __all__ = [
     "TelemetrySpec",
     "Workload",
     "check_gated",
+    "checked",
+    "integer",
+    "key_check",
     "load_profile",
     "merged_gate",
+    "option_type",
     "parse_profile",
     "reference_markdown",
+    "seconds",
     "validate",
 ]

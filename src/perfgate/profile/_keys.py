@@ -12,12 +12,21 @@ raises :class:`Bad` with what it expected; messages read "expected <expected>, g
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from perfgate._limits import (
+    FACTOR_MAX,
+    RATE_MAX,
+    RATE_MIN,
+    SECONDS_MAX,
+    TOKEN_ID_MAX,
+    VALUE_MAX,
+)
 from perfgate._redact import without_userinfo
 
 
@@ -131,18 +140,6 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-# Upper bounds of integer keys: far beyond any real run, low enough that the dataset and load
-# code (lists of token ids, per-request records, seeds) can take every value they allow.
-LENGTH_MAX = 10_000_000
-"""Tokens of one prompt, answer or context: ten times the longest context windows."""
-COUNT_MAX = 1_000_000
-"""Requests of one repeat, in flight at once, or before measuring (records take ~1 KB each)."""
-SEED_MAX = 2**32 - 1
-"""What every random generator perfgate seeds accepts."""
-TOKEN_ID_MAX = 2**32
-"""Prompt token ids are stored as 32-bit unsigned integers."""
-
-
 def integer(min_value: int, max_value: int) -> Check:
     """An integer in [``min_value``, ``max_value``]: every integer key has both bounds."""
     expected = f"an integer >= {min_value}"
@@ -184,9 +181,12 @@ def _finite_float(v: Any) -> float | None:
     return None if math.isnan(f) else f
 
 
-def number(min_value: float | None = None, *, strict_min: bool = False, allow_inf: bool = False) -> Check:
-    bound = f"{'>' if strict_min else '>='} {min_value:g}" if min_value is not None else ""
-    expected = "a number" + (f" {bound}" if bound else "") + (' or "inf"' if allow_inf else "")
+def number(min_value: float, max_value: float, *, strict_min: bool = False, allow_inf: bool = False) -> Check:
+    """A number in [``min_value``, ``max_value``] (above ``min_value`` with ``strict_min``), or
+    with ``allow_inf`` "inf": every number key has both bounds, as every integer key does."""
+    bound = f"{'>' if strict_min else '>='} {min_value:g}"
+    inf = ' or "inf"' if allow_inf else ""
+    expected = f"a number {bound}{inf}"
 
     def convert(v: Any) -> float:
         if allow_inf and isinstance(v, str) and v.strip().lower() in ("inf", "infinity"):
@@ -194,11 +194,62 @@ def number(min_value: float | None = None, *, strict_min: bool = False, allow_in
         f = _finite_float(v)
         if f is None or (math.isinf(f) and not allow_inf):
             raise Bad(expected)
-        if min_value is not None and (f < min_value or (strict_min and f == min_value)):
+        if f < min_value or (strict_min and f == min_value):
             raise Bad(expected)
+        if f > max_value and not (allow_inf and math.isinf(f)):
+            raise Bad(f"a number {bound} and <= {shown(max_value)}{inf}")
         return f
 
-    return Check('number or "inf"' if allow_inf else "number", bound, convert)
+    return Check('number or "inf"' if allow_inf else "number", f"{bound}, <= {shown(max_value)}", convert)
+
+
+def shown(bound: float) -> str:
+    """A bound as a message shows it: ``86,400``, ``1e+15``."""
+    return f"{bound:,.0f}" if abs(bound) < 1e12 and bound == int(bound) else f"{bound:g}"
+
+
+seconds = number(0.0, SECONDS_MAX)
+"""A wait that may be none (``--perf-lock-wait``, a think time)."""
+positive_seconds = number(0.0, SECONDS_MAX, strict_min=True)
+"""A timeout or period."""
+rate = number(RATE_MIN, RATE_MAX, allow_inf=True)
+"""Requests per second."""
+factor = number(0.0, FACTOR_MAX, strict_min=True)
+"""A share or factor that must be above 0."""
+
+
+def key_check(table: type, name: str) -> Check:
+    """The check declared on key ``name`` of ``table`` (an option that sets the same number uses it)."""
+    return checks(table)[name]
+
+
+def checked(check: Check, value: Any, option: str) -> Any:
+    """``value`` through ``check``; ValueError "<option> <value>: expected ..." when it is refused
+    (a value set in code, which did not pass through :func:`option_type`)."""
+    try:
+        return check.convert(value)
+    except Bad as e:
+        raise ValueError(f"{option} {value!r}: expected {e.expected}") from None
+
+
+def option_type(check: Check) -> Callable[[str], Any]:
+    """An argparse ``type`` for an option that sets what a profile key sets: the key's check, so
+    the bounds and the words are the key's ("expected an integer from 1 to 1,000, got '1000000'")."""
+
+    def parse(text: str) -> Any:
+        value: Any = text
+        for kind in (int, float):
+            try:
+                value = kind(text)
+                break
+            except ValueError:
+                continue
+        try:
+            return check.convert(value)
+        except Bad as e:
+            raise argparse.ArgumentTypeError(f"expected {e.expected}, got {text!r}") from None
+
+    return parse
 
 
 def _at_most(base: Check, limit: float, *, inclusive: bool, expected: str, allowed: str) -> Check:
@@ -213,9 +264,10 @@ def _at_most(base: Check, limit: float, *, inclusive: bool, expected: str, allow
     return Check(base.type, allowed, convert)
 
 
-ratio = _at_most(number(0.0), 1.0, inclusive=True, expected="a number between 0 and 1", allowed="0 - 1")
+# The base has no upper bound of its own: _at_most adds it, in its own words.
+ratio = _at_most(number(0.0, math.inf), 1.0, inclusive=True, expected="a number between 0 and 1", allowed="0 - 1")
 open_ratio = _at_most(
-    number(0.0, strict_min=True),
+    number(0.0, math.inf, strict_min=True),
     1.0,
     inclusive=False,
     expected="a number between 0 and 1 (exclusive)",
@@ -365,8 +417,8 @@ def _table(v: Any) -> dict[str, Any]:
 table = Check("table", "", _table)
 
 
-def metric_map(min_value: float | None = None) -> Check:
-    value_check = number(min_value)
+def metric_map(min_value: float = -VALUE_MAX) -> Check:
+    value_check = number(min_value, VALUE_MAX)
 
     def convert(v: Any) -> dict[str, float]:
         if not isinstance(v, dict):

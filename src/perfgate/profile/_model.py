@@ -10,12 +10,11 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from perfgate import catalogue
+from perfgate._limits import COUNT_MAX, FACTOR_MAX, LENGTH_MAX, SECONDS_MAX, SEED_MAX
 from perfgate.profile._keys import (
-    COUNT_MAX,
-    LENGTH_MAX,
-    SEED_MAX,
     boolean,
     choice,
+    factor,
     gpu_list,
     id_range,
     integer,
@@ -27,8 +26,11 @@ from perfgate.profile._keys import (
     open_ratio,
     optional_url_path,
     port_number,
+    positive_seconds,
+    rate,
     ratio,
     scalar_map,
+    seconds,
     str_list,
     str_map,
     string,
@@ -67,6 +69,8 @@ MAX_REPEATS = 1_000
 MAX_CLIENT_PROCESSES = 1_024
 # Halving a load gap 30 times is below any load's resolution.
 MAX_BISECT_STEPS = 30
+# A terabyte: the bound is the host's memory, which [explain] max_trace_mb is there to spare.
+MAX_TRACE_MB = 1e6
 
 
 @dataclass(frozen=True)
@@ -88,11 +92,9 @@ class ServerSpec:
     )
     host: str = key(nonempty_string, "address the launched server listens on", default="127.0.0.1")
     port: int = key(port_number, "port the launched server listens on", default=0)
-    startup_timeout_s: float = key(
-        number(0.0, strict_min=True), "seconds to wait for the server to become ready", default=900.0
-    )
+    startup_timeout_s: float = key(positive_seconds, "seconds to wait for the server to become ready", default=900.0)
     shutdown_timeout_s: float = key(
-        number(0.0, strict_min=True), "seconds from SIGTERM to killing the server's process group", default=60.0
+        positive_seconds, "seconds from SIGTERM to killing the server's process group", default=60.0
     )
     # SGLang often lives in its own venv.
     python: str = key(
@@ -103,7 +105,7 @@ class ServerSpec:
         url_path, "path polled until it answers 200 (SGLang's answers after warmup)", default="/health_generate"
     )
     connect_timeout_s: float = key(
-        number(0.0, strict_min=True),
+        positive_seconds,
         'kind = "attach": how long nothing may accept connections at base_url before perfgate gives up',
         default=30.0,
     )
@@ -156,9 +158,9 @@ class TelemetrySpec:
     dcgm_endpoints: tuple[str, ...] = key(
         str_list, 'dcgm-exporter /metrics URLs; "{base_url}" expands to the server\'s', default=()
     )
-    interval_s: float = key(number(0.01), "sampling period of instant power", default=0.1)
+    interval_s: float = key(number(0.01, SECONDS_MAX), "sampling period of instant power", default=0.1)
     activity_period_s: float = key(
-        number(0.1),
+        number(0.1, SECONDS_MAX),
         "period of the slow reads (GPM activity, utilization, clocks, temperature); also read at window edges",
         default=1.0,
     )
@@ -166,7 +168,7 @@ class TelemetrySpec:
     # ~0.4-0.8 ms: read at each measured phase's edges, and this often in between so that a
     # counter reset loses little.
     counter_period_s: float = key(
-        number(1.0),
+        number(1.0, SECONDS_MAX),
         "period of the cumulative-counter reads (energy, clock-event time) "
         "between the reads at every measured phase's start and end",
         default=30.0,
@@ -181,7 +183,7 @@ class TelemetrySpec:
         default="/metrics",
     )
     server_metrics_interval_s: float = key(
-        number(0.05),
+        number(0.05, SECONDS_MAX),
         "sampling period of the server's gauges (requests running "
         "and queued, KV use); counters are also read at the edges of each run",
         default=0.5,
@@ -200,9 +202,11 @@ class ExplainSpec:
     )
     num_steps: int = key(integer(1, 10_000), "forward steps to profile once the extra repeat's load holds", default=10)
     top_n: int = key(integer(1, 10_000), "kernels (or host operators) kept per profile, by time", default=50)
-    timeout_s: float = key(number(1.0), "longest wait for the server's trace files", default=120.0)
+    timeout_s: float = key(number(1.0, SECONDS_MAX), "longest wait for the server's trace files", default=120.0)
     max_trace_mb: float = key(
-        number(0.001), "largest trace read or kept (compressed file and decompressed text), in MB", default=256.0
+        number(0.001, MAX_TRACE_MB),
+        "largest trace read or kept (compressed file and decompressed text), in MB",
+        default=256.0,
     )
     server_trace_dir: str = key(
         string,
@@ -277,7 +281,7 @@ class Workload:
         shown_default='required with dataset = "multi-turn"',
     )
     think_time_s: float = key(
-        number(0.0),
+        seconds,
         "multi-turn: the user's think time between a reply's end and the session's next turn (not in warmup)",
         default=0.0,
     )
@@ -302,7 +306,7 @@ class Workload:
         default="approximate",
     )
     request_rate: float = key(
-        rate_or_sweep(number(0.0, strict_min=True, allow_inf=True)),
+        rate_or_sweep(rate),
         'arrival rate in requests/s; "inf" sends up to concurrency at once',
         default=math.inf,
     )
@@ -324,12 +328,12 @@ class Workload:
         default=0.05,
     )
     warmup_max_s: float = key(
-        number(0.0, strict_min=True),
+        positive_seconds,
         'warmup = "steady": the time cap of the warmup rounds; a warmup not settled by then makes the repeat invalid',
         default=300.0,
     )
     max_token_gap_s: float = key(
-        number(0.0),
+        seconds,
         "longest the client may see no token at all while requests are in flight in the measured phase; "
         "a longer stall (JIT compile, CUDA-graph capture, a host-side pause) makes the repeat invalid; 0: not checked",
         default=0.0,
@@ -356,7 +360,7 @@ class Workload:
         id_range, "prompt token ids are drawn from [lo, hi)", default=None, shown_default="`[1000, 30000]`"
     )
     stall_timeout_s: float = key(
-        number(0.0, strict_min=True),
+        positive_seconds,
         "a stream that makes no progress (no new token, count or finish reason) this long fails (a hung "
         "server must not hang the gate)",
         default=600.0,
@@ -518,15 +522,15 @@ class GateSpec:
     )
     # A server sharing a small host's CPUs with the client (vLLM on CPU) needs more lag allowance.
     client_max_lag_p99_ms: float = key(
-        number(0.0, strict_min=True),
+        number(0.0, SECONDS_MAX * 1e3, strict_min=True),
         "a run whose client event-loop lag p99 exceeds this is invalid (it measured the client)",
         default=200.0,
     )
     client_max_cpu_share: float = key(
-        number(0.0, strict_min=True), "a run whose client used more than this share of a core is invalid", default=0.9
+        factor, "a run whose client used more than this share of a core is invalid", default=0.9
     )
     server_max_disagreement: float = key(
-        number(0.0, strict_min=True),
+        factor,
         "a run whose output tokens counted by the "
         "server (its /metrics) and by the client differ by more than this share is "
         "invalid: another load shared the server, or tokens were miscounted",
@@ -580,7 +584,7 @@ class CorrectnessSpec:
         default=True,
     )
     near_tie_nats: float = key(
-        number(0.0),
+        number(0.0, FACTOR_MAX),
         "two answers that part where the top two tokens are closer than this (nats) part benignly",
         default=0.05,
     )

@@ -11,7 +11,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from perfgate.profile._keys import COUNT_MAX, LENGTH_MAX, Bad, Check, _finite_float, _is_int
+from perfgate._limits import COUNT_MAX, LENGTH_MAX, SECONDS_MAX, VALUE_MAX
+from perfgate.profile._keys import Bad, Check, _finite_float, _is_int, shown
 
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2e_ms")
 
@@ -34,14 +35,21 @@ class Slo:
         return {k: v for k in SLO_KEYS if (v := getattr(self, k)) is not None}
 
 
+# An SLO target past a day is none.
+_SLO_MS_MAX = SECONDS_MAX * 1e3
+
+
 def _slo(v: Any) -> Slo:
-    expected = "a table of ttft_ms, tpot_ms and/or e2e_ms in milliseconds (> 0), e.g. { ttft_ms = 2000, tpot_ms = 100 }"
+    expected = (
+        f"a table of ttft_ms, tpot_ms and/or e2e_ms in milliseconds (> 0), at most {shown(_SLO_MS_MAX)} (a day), "
+        "e.g. { ttft_ms = 2000, tpot_ms = 100 }"
+    )
     if not isinstance(v, dict) or not v or not set(v) <= set(SLO_KEYS):
         raise Bad(expected)
     out = {}
     for k, x in v.items():
         f = _finite_float(x)
-        if f is None or math.isinf(f) or f <= 0:
+        if f is None or not 0 < f <= _SLO_MS_MAX:
             raise Bad(expected)
         out[k] = f
     return Slo(**out)
@@ -88,7 +96,7 @@ _DIST_EXPECTED = (
 
 
 def _bins(v: Any) -> tuple[tuple[int, int, float], ...]:
-    expected = "bins = [[lo, hi, weight], ...] with 1 <= lo <= hi and weights >= 0, not all 0"
+    expected = f"bins = [[lo, hi, weight], ...] with 1 <= lo <= hi and weights from 0 to {shown(VALUE_MAX)}, not all 0"
     if not isinstance(v, list) or not v:
         raise Bad(expected)
     out = []
@@ -98,7 +106,8 @@ def _bins(v: Any) -> tuple[tuple[int, int, float], ...]:
         ):
             raise Bad(expected)
         w = _finite_float(b[2])
-        if w is None or math.isinf(w) or w < 0:
+        # Weights are summed: 1e308s would sum to infinity and every probability to NaN.
+        if w is None or not 0 <= w <= VALUE_MAX:
             raise Bad(expected)
         out.append((b[0], b[1], w))
     if not any(w > 0 for _, _, w in out):
@@ -117,8 +126,8 @@ def _length_dist(v: Any) -> LengthDist:
     if not set(v) <= {"kind", "stddev", "min", "max"} or "stddev" not in v:
         raise Bad(f'{{ kind = "{kind}", stddev = N (> 0), min = N, max = N }} (min and max optional)')
     stddev = _finite_float(v["stddev"])
-    if stddev is None or math.isinf(stddev) or stddev <= 0:
-        raise Bad(f"{kind} with stddev > 0 tokens")
+    if stddev is None or not 0 < stddev <= LENGTH_MAX:
+        raise Bad(f"{kind} with stddev > 0 and <= {LENGTH_MAX:,} tokens")
     lo, hi = v.get("min", 1), v.get("max")
     if (
         not _is_int(lo)
@@ -162,13 +171,22 @@ def rate_or_sweep(single: Check) -> Check:
         if not isinstance(v, list):
             rate: float = single.convert(v)
             return rate
-        rates = [_finite_float(x) for x in v]
-        if len(v) < 2 or any(r is None or math.isinf(r) or r <= 0 for r in rates) or not _increasing(rates):
-            raise Bad('a number > 0 or "inf", or a list of finite rates > 0 in increasing order (a capacity sweep)')
-        return tuple(rates)  # type: ignore[arg-type]
+        expected = (
+            f'a number {single.allowed} or "inf", or a list of finite rates {single.allowed} in increasing order '
+            "(a capacity sweep)"
+        )
+        try:
+            rates = [single.convert(x) for x in v]
+        except Bad:
+            raise Bad(expected) from None
+        if len(v) < 2 or any(math.isinf(r) for r in rates) or not _increasing(rates):
+            raise Bad(expected)
+        return tuple(rates)
 
     return Check(
-        'number or "inf", or list of numbers', "> 0; a list (increasing, finite) runs a capacity sweep", convert
+        'number or "inf", or list of numbers',
+        f"{single.allowed}; a list (increasing, finite) runs a capacity sweep",
+        convert,
     )
 
 

@@ -12,9 +12,10 @@ from dataclasses import asdict, dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from perfgate._files import Artefacts, describe, publish, read_named, reserve_dir
+from perfgate import _json
+from perfgate._files import Artefacts, append_text, describe, publish, read_named, reserve_dir
+from perfgate._json import JSONInputError
 from perfgate._names import file_stem, path_in
-from perfgate._redact import SECRETS
 from perfgate.errors import PerfgateError
 from perfgate.load import RequestRecord
 from perfgate.report._table import render_markdown, rows
@@ -25,14 +26,17 @@ RESULTS_SCHEMA = 1
 
 
 def plain(obj: Any) -> Any:
-    """Dataclasses, mappings and sequences as JSON-able data (NaN becomes null, anything else its str)."""
+    """Dataclasses, mappings and sequences as JSON-able data (NaN and infinities become null,
+    anything else its str; a repeat's requests, made as they are written, are left as they are)."""
+    if isinstance(obj, _Requests):
+        return obj
     if is_dataclass(obj) and not isinstance(obj, type):
         return {k: plain(v) for k, v in asdict(obj).items()}
     if isinstance(obj, dict):
         return {str(k): plain(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [plain(v) for v in obj]
-    if isinstance(obj, float) and obj != obj:
+    if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, (str, int, float, bool)) or obj is None:
         return obj
@@ -233,19 +237,20 @@ def write_documents(
     except OSError as e:
         out.failed.append(f"{out_dir / stem}: not created: {describe(e)}")
     else:
-        # iterencode writes as it goes; json.dumps would first build the whole text.
-        encoded = json.JSONEncoder(sort_keys=True, indent=1).iterencode(doc)
+        # iterencode writes as it goes; json.dumps would first build the whole text. NaN and
+        # Infinity are no JSON (perfgate compare refuses them): null, and never written.
+        encoded = json.JSONEncoder(sort_keys=True, indent=1, allow_nan=False).iterencode(plain(doc))
         out.attempt(path_in(out_dir, f"{run_dir.name}.json"), lambda p: publish(p, itertools.chain(encoded, "\n")))
         out.attempt(run_dir / "summary.md", lambda p: publish(p, [md]))
         plots(doc, run_dir, out)
     if step_summary:
-        out.attempt(Path(step_summary), lambda p: _append(p, md))
+        # GitHub Actions names a regular file; a FIFO nobody reads would hang the run's end.
+        out.attempt(
+            Path(step_summary),
+            lambda p: append_text(p, md),
+            not_a_file="GITHUB_STEP_SUMMARY must name a regular file; the summary is in summary.md",
+        )
     return out
-
-
-def _append(path: Path, text: str) -> None:
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(SECRETS.text(text))
 
 
 def write_results(summary: RunSummary, out_dir: Path, *, step_summary: str | None = None) -> Artefacts:
@@ -302,9 +307,9 @@ def read_results(path: Path) -> Results:
         not_a_file="pass a results-*.json file that --perf-results wrote",
     )
     try:
-        doc = json.loads(text)
-    except ValueError as e:
-        raise PerfgateError(f"results {path}: not a perfgate results JSON file ({e})") from None
+        doc = _json.loads(text)
+    except JSONInputError as e:
+        raise PerfgateError(f"results {path}: not a perfgate results JSON file: {e}; {_FROM}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("workloads"), list):
         raise PerfgateError(f"results {path}: not a perfgate results file (no 'workloads'); {_FROM}")
     if doc.get("kind") == "ab":

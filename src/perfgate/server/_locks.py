@@ -20,6 +20,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from perfgate._redact import SECRETS
 from perfgate.errors import ServerError
 from perfgate.gpu import NvmlUnavailable, UnknownGpu, nvml_session, resolve_gpus
 
@@ -91,7 +92,7 @@ def hold_gpus(gpus: Sequence[int | str], stack: ExitStack, wait_s: float) -> Non
         owner = {
             "pid": os.getpid(),
             "host": socket.gethostname(),
-            "cmd": " ".join(sys.argv)[:200],
+            "cmd": SECRETS.clip(" ".join(sys.argv), 200),
             "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "gpu": gpu.label,
             "note": gpu.note,

@@ -100,6 +100,10 @@ class Redactor:
     def text(self, text: str) -> str:
         return SECRETS.text(text)
 
+    def clip(self, text: str, limit: int) -> str:
+        """``text`` cut for a message, with these and the registry's secrets redacted first."""
+        return SECRETS.clip(text, limit)
+
     def argv(self, argv: Sequence[str]) -> list[str]:
         out: list[str] = []
         hide_next = False

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from perfgate import _toml
+from perfgate._redact import SECRETS
 from perfgate.errors import ServerError
 
 _PROBE_TIMEOUT_S = 120.0
@@ -96,7 +97,7 @@ def check_python(python: str, fix: str) -> None:
     """ServerError (ending with ``fix``) unless ``python`` runs, and runs as a Python interpreter."""
     proc = _run_python(python, "print('perfgate-python-ok')", "check that it is Python", fix)
     if proc.returncode != 0 or proc.stdout.strip() != "perfgate-python-ok":
-        said = (proc.stderr.strip() or proc.stdout.strip())[-300:] or "no output"
+        said = SECRETS.clip(proc.stderr.strip() or proc.stdout.strip(), 300, tail=True) or "no output"
         raise ServerError(
             f"{python!r} is not a Python interpreter: `{python} -c print(...)` exited {proc.returncode} ({said}); {fix}"
         )
@@ -111,9 +112,8 @@ def locate_sglang(python: str) -> Path | None:
     if proc.returncode == 3:
         return None
     if proc.returncode != 0 or not proc.stdout.strip():
-        raise ServerError(
-            f"{python!r} failed to locate sglang (exit {proc.returncode}): {proc.stderr.strip()[-500:] or 'no output'}"
-        )
+        said = SECRETS.clip(proc.stderr.strip(), 500, tail=True) or "no output"
+        raise ServerError(f"{python!r} failed to locate sglang (exit {proc.returncode}): {said}")
     return Path(proc.stdout.strip().splitlines()[-1])
 
 
@@ -141,12 +141,14 @@ def sglang_versions(python: str) -> dict[str, str | None]:
     if proc.returncode != 0:
         raise ServerError(
             f"{python!r} failed to report package versions (exit {proc.returncode}): "
-            f"{proc.stderr.strip()[-500:] or 'no output'}"
+            f"{SECRETS.clip(proc.stderr.strip(), 500, tail=True) or 'no output'}"
         )
     try:
         versions = json.loads(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        raise ServerError(f"{python!r} printed no version report: {proc.stdout[-300:]!r}") from None
+        raise ServerError(
+            f"{python!r} printed no version report: {SECRETS.clip(proc.stdout, 300, tail=True)!r}"
+        ) from None
     return {key: versions.get(key) for key in VERSION_KEYS}
 
 
@@ -172,7 +174,7 @@ def sglang_help_text(python: str, timeout_s: float = 600.0, env: Mapping[str, st
     if proc.returncode != 0 or not known_flags(proc.stdout):
         raise ServerError(
             f"{' '.join(argv)} exited {proc.returncode} without a flag list: "
-            f"{proc.stderr.strip()[-500:] or proc.stdout.strip()[-500:] or 'no output'}"
+            f"{SECRETS.clip(proc.stderr.strip() or proc.stdout.strip(), 500, tail=True) or 'no output'}"
         )
     return proc.stdout
 

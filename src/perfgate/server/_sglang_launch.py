@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perfgate._redact import SECRETS
 from perfgate.errors import ServerError
 from perfgate.profile import ServerSpec
 from perfgate.server._gpu_procs import gpu_holders
@@ -121,7 +122,7 @@ def process_names(pgid: int) -> dict[int, str]:
         elif "-m" in words[:-1]:
             names[pid] = "python -m " + words[words.index("-m") + 1]
         else:
-            names[pid] = " ".join(words)[:60]
+            names[pid] = SECRETS.clip(" ".join(words), 60)
     return names
 
 

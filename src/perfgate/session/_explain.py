@@ -81,10 +81,10 @@ def explain_workload(session: Session, workload: Workload, result: WorkloadResul
             res.notes.append("not stored as the reference profile: the baseline was not recorded")
             return res
         try:
-            path = store.save_sidecar(
-                profile, workload.name, fingerprint, TABLE_KIND, json.dumps(res.table.to_dict(), indent=1) + "\n"
-            )
-        except BaselineError as e:
+            # NaN or Infinity would make the next run refuse the file: never written.
+            text = json.dumps(res.table.to_dict(), indent=1, allow_nan=False) + "\n"
+            path = store.save_sidecar(profile, workload.name, fingerprint, TABLE_KIND, text)
+        except (BaselineError, ValueError) as e:
             res.notes.append(f"not stored as the reference profile: {e}")
             return res
         res.reference_path = str(path)

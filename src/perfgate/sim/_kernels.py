@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from perfgate._limits import FACTOR_MAX
+
 SLOW_KERNEL_ENV = "PERFGATE_SIM_SLOW_KERNEL"
 # Per step, the per-layer kernels run this many times (a few layers keep the trace small).
 LAYERS = 4
@@ -88,10 +90,10 @@ def slow_kernel_from_env(environ: Mapping[str, str]) -> SlowKernel:
         factor = float(factor_text)
     except ValueError:
         factor = math.nan
-    if name not in SHORT_NAMES or not (math.isfinite(factor) and factor > 0):
+    if name not in SHORT_NAMES or not 0 < factor <= FACTOR_MAX:
         raise ValueError(
-            f"{SLOW_KERNEL_ENV}={raw!r} is not NAME:FACTOR: NAME one of {', '.join(SHORT_NAMES)}, FACTOR a positive "
-            "number (moe_gemm:3 makes the MoE GEMMs 3 times slower); or unset it"
+            f"{SLOW_KERNEL_ENV}={raw!r} is not NAME:FACTOR: NAME one of {', '.join(SHORT_NAMES)}, FACTOR a number "
+            f"> 0 and <= {FACTOR_MAX:g} (moe_gemm:3 makes the MoE GEMMs 3 times slower); or unset it"
         )
     return SlowKernel(name, factor)
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from functools import cache
 
+from perfgate._limits import COUNT_MAX, FACTOR_MAX, LENGTH_MAX, SECONDS_MAX, SEED_MAX, TOKEN_ID_MAX, VALUE_MAX
 from perfgate.sim._engine import SimConfig
 from perfgate.sim._kernels import SlowKernel, slow_kernel_from_env
 from perfgate.sim._telemetry_faults import TelemetryFaults, telemetry_faults_from_env
@@ -125,10 +126,11 @@ def _parse_bool(text: str) -> bool:
 
 
 _bool = _Type("true or false", _parse_bool)
-_int = _Type("an integer", int)
 
 
-def _finite(low: float, high: float = math.inf, *, open_low: bool = False) -> _Type:
+def _finite(low: float, high: float, *, open_low: bool = False) -> _Type:
+    """A number from ``low`` to ``high``: every option has both bounds (see perfgate._limits)."""
+
     def parse(text: str) -> float:
         value = float(text)
         below = value <= low if open_low else value < low
@@ -137,18 +139,21 @@ def _finite(low: float, high: float = math.inf, *, open_low: bool = False) -> _T
         return value
 
     bound = f"> {low}" if open_low else f">= {low}"
-    upper = f" and <= {high}" if math.isfinite(high) else ""
-    return _Type(f"a number {bound}{upper}", parse)
+    return _Type(f"a number {bound} and <= {high}", parse)
 
 
-def _int_at_least(low: int) -> _Type:
+def _int_at_least(low: int, high: int = LENGTH_MAX) -> _Type:
     def parse(text: str) -> int:
         value = int(text)
-        if value < low:
+        if not low <= value <= high:
             raise ValueError(text)
         return value
 
-    return _Type(f"an integer >= {low}", parse)
+    return _Type(f"an integer from {low} to {high:,}", parse)
+
+
+# A step's cost, in milliseconds: a day at most.
+_STEP_MS_MAX = SECONDS_MAX * 1e3
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -166,15 +171,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     fraction = _finite(0.0, 1.0)
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=_int_at_least(0), default=30000)
+    p.add_argument("--port", type=_int_at_least(0, 65535), default=30000)
     p.add_argument("--model-path", default="sim/GLM-5-NVFP4")
     p.add_argument("--served-model-name", default="", help="defaults to --model-path")
-    p.add_argument("--vocab-size", type=_int_at_least(2), default=151552)
+    p.add_argument("--vocab-size", type=_int_at_least(2, TOKEN_ID_MAX), default=151552)
     p.add_argument("--gpus", type=_int_at_least(1), default=8, help="simulated GPUs (tp size)")
     p.add_argument("--gpu-name", default="NVIDIA RTX PRO 6000 Blackwell Server Edition")
-    p.add_argument("--power-limit-w", type=_finite(0.0, open_low=True), default=600.0)
-    p.add_argument("--idle-power-w", type=_finite(0.0), default=87.0)
-    p.add_argument("--full-power-w", type=_finite(0.0), default=250.0, help="power at 100%% busy")
+    p.add_argument("--power-limit-w", type=_finite(0.0, VALUE_MAX, open_low=True), default=600.0)
+    p.add_argument("--idle-power-w", type=_finite(0.0, VALUE_MAX), default=87.0)
+    p.add_argument("--full-power-w", type=_finite(0.0, VALUE_MAX), default=250.0, help="power at 100%% busy")
     p.add_argument("--max-running-requests", type=_int_at_least(1), default=defaults.max_running_requests)
     p.add_argument("--chunked-prefill-size", type=_int_at_least(1), default=defaults.chunked_prefill_size)
     p.add_argument(
@@ -183,15 +188,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.max_total_tokens,
         help="KV-cache pool in tokens; admission reserves prompt + output tokens",
     )
-    p.add_argument("--step-fixed-ms", type=_finite(0.0), default=defaults.step_fixed_ms)
-    p.add_argument("--step-per-request-ms", type=_finite(0.0), default=defaults.step_per_request_ms)
-    p.add_argument("--step-per-prefill-token-ms", type=_finite(0.0), default=defaults.step_per_prefill_token_ms)
-    p.add_argument("--noise", type=_finite(0.0), default=defaults.noise, help="iid per-step jitter (rel. std)")
-    p.add_argument("--drift", type=_finite(0.0), default=defaults.drift, help="slow AR(1) speed factor (rel. std)")
-    p.add_argument("--seed", type=_int, default=defaults.seed)
-    p.add_argument("--time-scale", type=_finite(0.0, open_low=True), default=defaults.time_scale)
+    p.add_argument("--step-fixed-ms", type=_finite(0.0, _STEP_MS_MAX), default=defaults.step_fixed_ms)
+    p.add_argument("--step-per-request-ms", type=_finite(0.0, _STEP_MS_MAX), default=defaults.step_per_request_ms)
+    p.add_argument(
+        "--step-per-prefill-token-ms", type=_finite(0.0, _STEP_MS_MAX), default=defaults.step_per_prefill_token_ms
+    )
+    noise, drift = defaults.noise, defaults.drift
+    p.add_argument("--noise", type=_finite(0.0, FACTOR_MAX), default=noise, help="iid per-step jitter (rel. std)")
+    p.add_argument("--drift", type=_finite(0.0, FACTOR_MAX), default=drift, help="slow AR(1) speed factor (rel. std)")
+    p.add_argument("--seed", type=_int_at_least(0, SEED_MAX), default=defaults.seed)
+    p.add_argument("--time-scale", type=_finite(0.0, FACTOR_MAX, open_low=True), default=defaults.time_scale)
     p.add_argument("--stream-interval", type=_int_at_least(1), default=1)
-    p.add_argument("--startup-delay-s", type=_finite(0.0), default=0.5)
+    p.add_argument("--startup-delay-s", type=_finite(0.0, SECONDS_MAX), default=0.5)
     flag("--zero-cost", "steps take no simulated time")
     p.add_argument("--dcgm-names", choices=("classic", "new"), default="classic")
     flag("--fail-at-startup")
@@ -207,7 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="once this many requests have arrived, the engine stops for --stall-s (a one-off stall); 0: never",
     )
-    p.add_argument("--stall-s", type=_finite(0.0), default=2.0, help="length of that stall in wall seconds")
+    p.add_argument(
+        "--stall-s", type=_finite(0.0, SECONDS_MAX), default=2.0, help="length of that stall in wall seconds"
+    )
     p.add_argument("--http-error-rate", type=fraction, default=0.0)
     p.add_argument("--error-chunk-rate", type=fraction, default=0.0)
     p.add_argument("--truncate-rate", type=fraction, default=0.0)
@@ -235,9 +245,9 @@ def slowdown_from_env(environ: os._Environ[str] | dict[str, str]) -> float:
         value = float(raw)
     except ValueError:
         value = math.nan
-    if not (math.isfinite(value) and value > 0):
+    if not 0 < value <= FACTOR_MAX:
         raise ValueError(
-            f"{SLOWDOWN_ENV}={raw!r} is not a valid slowdown: set it to a positive number "
+            f"{SLOWDOWN_ENV}={raw!r} is not a valid slowdown: set it to a number > 0 and <= {FACTOR_MAX:g} "
             f"such as 1.10 (steps 10% slower) or unset it."
         )
     return value
@@ -286,9 +296,10 @@ def model_faults_from_env(environ: os._Environ[str] | dict[str, str]) -> ModelFa
             batch = int(batch_raw)
         except ValueError:
             batch = -1
-        if batch < 1:
+        if not 1 <= batch <= COUNT_MAX:
             raise ValueError(
-                f"{CORRUPT_ABOVE_BATCH_ENV}={batch_raw!r} is not a batch size: set it to a whole number >= 1 "
+                f"{CORRUPT_ABOVE_BATCH_ENV}={batch_raw!r} is not a batch size: set it to a whole number from 1 to "
+                f"{COUNT_MAX:,} "
                 "(tokens computed while more requests run are corrupted) or unset it."
             )
     nan_raw = environ.get(NAN_LOGPROBS_ENV, "").strip()
