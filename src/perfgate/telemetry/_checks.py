@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from perfgate.telemetry._model import ActivitySpan, GpuIdentity, GpuSample
+from perfgate.telemetry._model import SAMPLE_FIELDS, ActivitySpan, GpuIdentity, GpuSample
 
 PHYSICAL_MAX_W = 2_000.0
 """Most a single GPU board draws, when its enforced limit is unknown: B200/B300-class boards are
@@ -31,17 +31,6 @@ COUNTER_SLACK_S = 30.0
 are stamped when perfgate read them, and dcgm-exporter collects every 30 s by default. A step is a
 jump only past what the bound allows over its interval plus this."""
 
-# Non-negative quantities: a negative one, like a non-finite one, is no reading.
-_FIELDS = (
-    "power_instant_w",
-    "power_avg_w",
-    "energy_j",
-    "util_gpu_pct",
-    "sm_clock_mhz",
-    "mem_clock_mhz",
-    "temperature_c",
-    "memory_used_mib",
-)
 _POWER_FIELDS = frozenset({"power_instant_w", "power_avg_w"})
 
 
@@ -96,7 +85,8 @@ class ReadingCheck:
     def sample(self, s: GpuSample) -> GpuSample:
         """``s`` with every impossible value set to None (not measured)."""
         dropped: dict[str, Any] = {}
-        for name in _FIELDS:
+        # Non-negative quantities: a negative one, like a non-finite one, is no reading.
+        for name in SAMPLE_FIELDS:
             value = getattr(s, name)
             if value is None:
                 continue

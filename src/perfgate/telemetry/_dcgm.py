@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from perfgate.errors import TelemetryError
 from perfgate.telemetry._checks import plausible_limit_w
-from perfgate.telemetry._model import ActivitySpan, Batch, Event, GpuIdentity, GpuSample
+from perfgate.telemetry._model import SAMPLE_FIELDS, ActivitySpan, Batch, Event, GpuIdentity, GpuSample
 from perfgate.telemetry._scrape import ScrapeBound, ScrapeLimits, bounded_get, check_read_series, metric_lines
 from perfgate.telemetry._window import ACTIVITY_KEYS
 
@@ -53,17 +53,6 @@ _NAMES = frozenset(_METRICS)
 
 # dcgm-exporter answers in milliseconds; the sampler polls every 0.1 s and the run's edges wait on it.
 DCGM_LIMITS = ScrapeLimits(deadline_s=2.0)
-
-_SAMPLE_FIELDS = (
-    "power_instant_w",
-    "power_avg_w",
-    "energy_j",
-    "util_gpu_pct",
-    "sm_clock_mhz",
-    "mem_clock_mhz",
-    "temperature_c",
-    "memory_used_mib",
-)
 
 
 @dataclass(frozen=True)
@@ -211,7 +200,7 @@ class DcgmSource:
                 if last is not None and last[1] == r.values:
                     continue
                 self._last[key] = (t, r.values)
-                fields: dict[str, Any] = {f: r.values.get(f) for f in _SAMPLE_FIELDS}
+                fields: dict[str, Any] = {f: r.values.get(f) for f in SAMPLE_FIELDS}
                 samples.append(GpuSample(t_s=t, uuid=r.uuid, **fields))
                 act = {k: r.values.get(k) for k in ACTIVITY_KEYS}
                 if last is not None and any(v is not None for v in act.values()):

@@ -92,6 +92,19 @@ class GpuSample:
     throttle_mask: int | None = None
 
 
+SAMPLE_FIELDS = (
+    "power_instant_w",
+    "power_avg_w",
+    "energy_j",
+    "util_gpu_pct",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+    "temperature_c",
+    "memory_used_mib",
+)
+"""The numeric readings of a :class:`GpuSample` (all non-negative), as sources fill them in."""
+
+
 @dataclass(frozen=True, slots=True)
 class ActivitySpan:
     """Averages over ``[t0_s, t1_s]`` for one GPU (one GPM sample pair, or one DCGM profiling period).
