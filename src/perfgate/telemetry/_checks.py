@@ -84,16 +84,7 @@ class ReadingCheck:
 
     def sample(self, s: GpuSample) -> GpuSample:
         """``s`` with every impossible value set to None (not measured)."""
-        dropped: dict[str, Any] = {}
-        # Non-negative quantities: a negative one, like a non-finite one, is no reading.
-        for name in SAMPLE_FIELDS:
-            value = getattr(s, name)
-            if value is None:
-                continue
-            wrong = self._impossible(s.uuid, name, value)
-            if wrong is not None:
-                dropped[name] = None
-                self._reject(s.t_s, s.uuid, (name, wrong[0]), _value_text(name, wrong[1], value))
+        dropped = self._drop(s.t_s, s.uuid, ((name, getattr(s, name)) for name in SAMPLE_FIELDS))
         energy = None if "energy_j" in dropped else s.energy_j
         if energy is not None:
             last = self._last_energy.get(s.uuid)
@@ -112,15 +103,21 @@ class ReadingCheck:
 
     def span(self, span: ActivitySpan) -> ActivitySpan:
         """``span`` without its non-finite or negative averages."""
-        bad: dict[str, None] = {}
-        for key, value in span.values.items():
+        bad = self._drop(span.t1_s, span.uuid, span.values.items())
+        return dataclasses.replace(span, values={**span.values, **bad}) if bad else span
+
+    def _drop(self, t_s: float, uuid: str, values: Iterable[tuple[str, float | None]]) -> dict[str, Any]:
+        """``{name: None}`` for each impossible value of ``values`` (each rejected, with its message).
+        Every quantity read is non-negative: a negative one, like a non-finite one, is no reading."""
+        dropped: dict[str, Any] = {}
+        for name, value in values:
             if value is None:
                 continue
-            wrong = self._impossible(span.uuid, key, value)
+            wrong = self._impossible(uuid, name, value)
             if wrong is not None:
-                bad[key] = None
-                self._reject(span.t1_s, span.uuid, (key, wrong[0]), _value_text(key, wrong[1], value))
-        return dataclasses.replace(span, values={**span.values, **bad}) if bad else span
+                dropped[name] = None
+                self._reject(t_s, uuid, (name, wrong[0]), _value_text(name, wrong[1], value))
+        return dropped
 
     def messages(self, uuid: str, start_s: float, end_s: float) -> list[str]:
         """One message per kind of reading of ``uuid`` rejected in ``[start_s, end_s]``."""
