@@ -56,8 +56,10 @@ input_len = 32
 # The cases are about the speed gate's failure paths (the probe's are test_correctness_faults.py):
 # a fault injected into every request would hit the probe's too.
 PROBE_OFF = '[correctness]\nenabled = false\nreason = "the speed gate\'s fault cases"'
-# Loose enough that a rerun on a noisy 2-core machine never trips.
-LOOSE = "{ output_throughput = 0.25, total_throughput = 0.25, mean_tpot_ms = 0.25, p99_tpot_ms = 0.5 }"
+# Loose enough that a rerun on a noisy 2-core machine never trips: these cases check the gate's
+# failure paths, not a number. Under `pytest -n 4` a record and a rerun of the same server moved
+# output throughput by -29 % and mean TPOT by +27 % (CI of 29df80f failed one at 25 %).
+LOOSE = "{ output_throughput = 0.6, total_throughput = 0.6, mean_tpot_ms = 2.0, p99_tpot_ms = 3.0 }"
 
 
 @dataclass

@@ -320,7 +320,7 @@ def _doctored_baseline(gate: Gate) -> None:
 
 # Tight on the doctored metric only: the others keep the loose tolerances of every case, so that
 # a record and a gate run on a loaded machine (TPOT +5.6 % seen under pytest-xdist) do not fail them.
-DOCTORED_TOLERANCE = LOOSE.replace("output_throughput = 0.25", "output_throughput = 0.03")
+DOCTORED_TOLERANCE = LOOSE.replace("output_throughput = 0.6", "output_throughput = 0.03")
 
 
 def test_inconclusive_runs_more_repeats_then_fails(gate: Gate) -> None:

@@ -43,8 +43,10 @@ repeats = 3
 # The client shares 2 busy cores with the simulator and other tests: these cases are not about
 # its timing (tests/faults checks the client's own validity).
 client_max_lag_p99_ms = 5000
-# Loose enough that a rerun on a noisy 2-core machine never trips; a 2x slowdown always does.
-tolerance = {{ output_throughput = 0.25, total_throughput = 0.25, mean_tpot_ms = 0.25, p99_tpot_ms = 0.5 }}
+# Loose enough that a rerun on a noisy 2-core machine never trips (under `pytest -n 4` a rerun of the
+# same simulator moved throughput by up to -29 % and mean TPOT by +27 %); a 2x slowdown (-50 % and
+# +100 %) always does.
+tolerance = {{ output_throughput = 0.35, total_throughput = 0.35, mean_tpot_ms = 0.5, p99_tpot_ms = 1.0 }}
 {gate_extra}
 
 [[workload]]
@@ -149,12 +151,12 @@ def test_record_then_pass_then_catch_a_slowdown(gate):
     number = r"[\d,]+\.?\d*"
     assert re.search(
         rf"c16-in32-out16: output_throughput {number} tok/s < limit {number} tok/s "
-        rf"\(baseline {number}, -[\d.]+%, tolerance 25%, Mann-Whitney p=0.05\)",
+        rf"\(baseline {number}, -[\d.]+%, tolerance 35%, Mann-Whitney p=0.05\)",
         out,
     )
     assert re.search(
         rf"c16-in32-out16: mean_tpot_ms {number} ms > limit {number} ms "
-        rf"\(baseline {number}, \+[\d.]+%, tolerance 25%, Mann-Whitney p=0.05\)",
+        rf"\(baseline {number}, \+[\d.]+%, tolerance 50%, Mann-Whitney p=0.05\)",
         out,
     )
     verdicts = summary_verdicts(out)
