@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -58,7 +60,24 @@ def gate(profile: Path, baselines: Path, *args: str, timeout_s: float = 1200) ->
     argv = gate_argv(profile, baselines, "-rs", *args)
     t0 = time.monotonic()
     proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout_s, check=False)
-    return pytest.RunResult(proc.returncode, proc.stdout.splitlines(), proc.stderr.splitlines(), time.monotonic() - t0)
+    wall_s = time.monotonic() - t0
+    ready = re.search(r", ready in ([\d.]+) s", proc.stdout)
+    test = os.environ.get("PYTEST_CURRENT_TEST", "?").split("::")[-1].removesuffix(" (call)").removesuffix(" (setup)")
+    GATE_RUNS.append(GateRun(test, " ".join(args), wall_s, float(ready.group(1)) if ready else None))
+    return pytest.RunResult(proc.returncode, proc.stdout.splitlines(), proc.stderr.splitlines(), wall_s)
+
+
+@dataclass(frozen=True)
+class GateRun:
+    """One gate run of an end-to-end test: where the CI's minutes go (tests/e2e/conftest.py prints them)."""
+
+    test: str
+    args: str
+    wall_s: float
+    boot_s: float | None  # the gate's own boot; None when it attached to a server the test started
+
+
+GATE_RUNS: list[GateRun] = []
 
 
 def expect_outcomes(result: pytest.RunResult, **outcomes: int) -> None:
