@@ -129,6 +129,19 @@ def test_an_energy_counter_that_jumps_is_not_used(exporter, energies_mj):
     assert "more than 900 W (1.5 x its 600 W enforced limit) draws then" in message
 
 
+def test_a_jump_read_by_the_closing_mark_after_the_window_is_named_in_it(exporter):
+    """A window's end mark reads the counters just after its end (Monitor.end): a jump first seen
+    there is in the power the window reports, so the window names it (CI of babfd51 missed it)."""
+    url, handler = exporter
+    handler.bodies += [body("400", f"{1e6 + i * 4e5 + (1e12 if i >= 3 else 0):.0f}") for i in range(5)]
+    monitor = run_monitor(url, handler)
+    window = monitor.summarize(100.5, 102.5)  # readings at 100, 101, 102 and 103 (the jump)
+    (gpu,) = window.gpus
+    assert math.isclose(gpu.mean_power_w, 400.0), gpu.mean_power_w
+    (message,) = window.rejected
+    assert "energy counter rose" in message
+
+
 def test_no_reading_left_is_not_measured_and_says_why(exporter):
     url, handler = exporter
     handler.bodies += [body("NaN", "NaN")] * 3

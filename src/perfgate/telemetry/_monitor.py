@@ -200,10 +200,16 @@ class Monitor:
         if end_s <= start_s:
             raise ValueError(f"telemetry window end {end_s} is not after its start {start_s}")
         with self._lock:
-            samples = {u: list(v) for u, v in self._samples.items()}
+            near = {u: _near(v, start_s, end_s) for u, v in self._samples.items()}
             spans = {u: list(v) for u, v in self._spans.items()}
             events = list(self._events)
-            rejected = {i.uuid: self._check.messages(i.uuid, start_s, end_s) for i in self._idents}
+            # What was rejected in every sample the window reads, the neighbours its edges interpolate
+            # from included: the closing mark's counters are read after end_s, and a jump seen there
+            # is this window's.
+            rejected = {
+                u: self._check.messages(u, min(start_s, v[0].t_s), max(end_s, v[-1].t_s)) if v else []
+                for u, v in near.items()
+            }
             lost = {u: why for u, (t_s, why) in self._lost.items() if t_s <= end_s}
         notes = [e.message for e in events if start_s <= e.t_s <= end_s]
         gpus = []
@@ -211,7 +217,7 @@ class Monitor:
             u = ident.uuid
             window, gpu_notes = summarize_gpu(
                 ident,
-                _near(samples[u], start_s, end_s),
+                near[u],
                 spans[u],
                 start_s,
                 end_s,
