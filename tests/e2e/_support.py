@@ -74,7 +74,7 @@ class GateRun:
     test: str
     args: str
     wall_s: float
-    boot_s: float | None  # the gate's own boot; None when it attached to a server the test started
+    ready_s: float | None  # from launch (or, attached, from the first check) to ready, as the gate's summary says
 
 
 GATE_RUNS: list[GateRun] = []

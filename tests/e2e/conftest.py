@@ -14,5 +14,5 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     total_s = sum(r.wall_s for r in GATE_RUNS)
     tr.write_sep("=", f"end-to-end gate runs: {len(GATE_RUNS)}, {total_s:,.0f} s")
     for r in GATE_RUNS:
-        boot = f"{r.boot_s:6.1f}" if r.boot_s is not None else "attach"
-        tr.write_line(f"{r.wall_s:7.1f} s  boot {boot}  {r.test}  {r.args}"[:200])
+        ready = f"{r.ready_s:6.1f} s" if r.ready_s is not None else "     ?  "
+        tr.write_line(f"{r.wall_s:7.1f} s  ready in {ready}  {r.test}  {r.args}"[:200])
