@@ -4,16 +4,26 @@ answer with no model."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+import time
 from array import array
+from contextlib import ExitStack
 from dataclasses import replace
+from pathlib import Path
 
+import httpx
 import pytest
 
 from perfgate.load import ClientStats, LoadRun, RequestRecord, run_workload
 from perfgate.load._selfcheck import ClientLimits, client_stats, merge_client_stats
 from perfgate.metrics import compute_metrics
 from perfgate.profile import Workload
-from tests.faults.conftest import Gate
+from perfgate.server import start_server
+from tests.faults.conftest import Gate, free_port
+from tests.support import sim_spec
+
+LYING_PROXY = Path(__file__).with_name("lying_proxy.py")
 
 W = Workload(name="w", num_prompts=24, concurrency=1, input_len=8, output_len=6, warmup_requests=2)
 
@@ -166,3 +176,38 @@ def test_load_answers_rewritten_to_one_token_fail_the_run_while_the_probe_passes
     assert re.search(r"FAILED \S+::test_run_is_valid\[c16-in32-out16\]", outcome.out), outcome.out[-3000:]
     assert "Traceback" not in outcome.out
     assert gate.baseline_bytes() == recorded
+
+
+def test_a_proxy_rewriting_the_loads_answers_to_one_token_fails_the_run(
+    gate: Gate, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # The case of issue 34 as it was found: a proxy in front of the server; before, exit 0.
+    with ExitStack() as stack:
+        sim = start_server(sim_spec(), log_dir=tmp_path_factory.mktemp("sim"), stack=stack)
+        port = free_port()
+        proxy = subprocess.Popen(
+            [sys.executable, str(LYING_PROXY), "--upstream", sim.base_url, "--port", str(port)],
+            stdout=subprocess.DEVNULL,
+        )
+        stack.callback(proxy.wait, timeout=10)
+        stack.callback(proxy.kill)
+        url = f"http://127.0.0.1:{port}"
+        _wait_for(url + "/health")
+        outcome = gate.run(kind="attach", server=f'base_url = "{url}"')
+    assert outcome.ret == int(pytest.ExitCode.TESTS_FAILED), outcome.out[-3000:]
+    assert (
+        "repeat 1: workload c16-in32-out16: the load's answers are not a model's: every output token of all 32 "
+        "completed answers is token id 1000; first: request 0, positions 0-15"
+    ) in outcome.out, outcome.out[-3000:]
+    assert "Traceback" not in outcome.out
+
+
+def _wait_for(url: str) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            time.sleep(0.05)
+    raise AssertionError(f"{url} did not answer")
