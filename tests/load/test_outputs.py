@@ -79,6 +79,13 @@ def test_sglang_answer_is_read_from_the_last_parsed_chunk() -> None:
     without = StreamState()
     backend.feed(b'{"text":"ab","meta_info":{"completion_tokens":2,"finish_reason":"length"}}', without)
     assert backend.output_sample(without) is None
+    # --skip-tokenizer-init: ids without a text field say nothing about text.
+    ids_only = StreamState()
+    backend.feed(b'{"output_ids":[5,6],"meta_info":{"completion_tokens":2,"finish_reason":"length"}}', ids_only)
+    assert backend.output_sample(ids_only) == OutputSample(2, None, 2, None)
+    assert (
+        degenerate_output("w", [_rec(0, OutputSample(2, None, 2, None)), _rec(1, OutputSample(3, None, 3, None))]) == ""
+    )
     state = StreamState(content_chunks=0, server_tokens=4)
     assert OpenAICompletionsBackend("m", True, {}).output_sample(state) == OutputSample(0, None, 4, False)
 

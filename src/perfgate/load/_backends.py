@@ -221,7 +221,7 @@ class SGLangBackend(Backend):
         first = ids[0] if ids else None
         # list.count runs in C: one pass over the ids per request, none per chunk.
         one_id = first if isinstance(first, int) and ids.count(first) == len(ids) else None
-        return OutputSample(len(ids), one_id, len(ids), isinstance(text, str) and text != "")
+        return OutputSample(len(ids), one_id, len(ids), text != "" if isinstance(text, str) else None)
 
 
 # Usage on every chunk (SGLang 0.5.x and vLLM honour it; servers that do not just send the

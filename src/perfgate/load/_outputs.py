@@ -25,7 +25,7 @@ def degenerate_output(workload: str, records: Sequence[RequestRecord]) -> str:
     - one id: every completed answer with at least 2 ids carries one and the same id at every
       position (a proxy that rewrites each token to "X");
     - no text: every completed answer that carried tokens (ids on SGLang, the server's count on
-      OpenAI APIs) came without any text.
+      OpenAI APIs) and a text field came with that text empty.
     """
     answers = [(r.index, r.output) for r in records if r.ok and r.output is not None]
     with_ids = [(i, o) for i, o in answers if o.ids >= 2]
@@ -37,7 +37,7 @@ def degenerate_output(workload: str, records: Sequence[RequestRecord]) -> str:
             f"{len(with_ids)} completed answers is token id {first.one_id}; first: request {index}, positions "
             f"0-{first.ids - 1}"
         )
-    spelled = [(i, o) for i, o in answers if o.tokens >= 1]
+    spelled = [(i, o) for i, o in answers if o.tokens >= 1 and o.text is not None]
     if len(spelled) >= MIN_ANSWERS and not any(o.text for _, o in spelled):
         index, first = spelled[0]
         return (

@@ -14,13 +14,14 @@ class OutputSample:
     ``ids``: the output ids it carried (those of SGLang's last chunk, cumulative by default; 0 on
     OpenAI APIs, which stream no ids). ``one_id``: the id every one of them is, None when they
     differ or none came. ``tokens``: the tokens its text must spell (``ids``, or the server's
-    count where no ids came). ``text``: whether any text came.
+    count where no ids came). ``text``: whether any text came; None when the answer has no text
+    field at all (SGLang's ``--skip-tokenizer-init`` sends ids only).
     """
 
     ids: int
     one_id: int | None
     tokens: int
-    text: bool
+    text: bool | None
 
 
 @dataclass(slots=True)
