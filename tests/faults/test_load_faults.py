@@ -1,16 +1,29 @@
-"""The fault matrix of the load client: servers that close connections, count nothing, fail requests."""
+"""The fault matrix of the load client: servers that close connections, count nothing, fail requests,
+answer with no model."""
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+import time
 from array import array
+from contextlib import ExitStack
 from dataclasses import replace
+from pathlib import Path
 
+import httpx
 import pytest
 
 from perfgate.load import ClientStats, LoadRun, RequestRecord, run_workload
 from perfgate.load._selfcheck import ClientLimits, client_stats, merge_client_stats
 from perfgate.metrics import compute_metrics
 from perfgate.profile import Workload
+from perfgate.server import start_server
+from tests.faults.conftest import Gate, free_port
+from tests.support import sim_spec
+
+LYING_PROXY = Path(__file__).with_name("lying_proxy.py")
 
 W = Workload(name="w", num_prompts=24, concurrency=1, input_len=8, output_len=6, warmup_requests=2)
 
@@ -138,3 +151,63 @@ def test_an_encoded_stream_is_a_failed_request_that_says_so(quirky) -> None:
     assert [r.error for r in run.records] == [
         "invalid response: the stream is encoded (Content-Encoding: gzip) although the client asked for identity"
     ] * 3
+
+
+# A small probe: the case is the load's answers, which the probe never sees.
+_PROBE = "[correctness]\nprompts = 8\noutput_len = 16\nduplicates = 2\n"
+
+
+def test_load_answers_rewritten_to_one_token_fail_the_run_while_the_probe_passes(gate: Gate) -> None:
+    # Issue 34, item 2: the probe's requests pass through, the load's answers are all "X" (one
+    # id); before, the run passed. The unchanged simulator records and passes.
+    profile = gate.profile(correctness=_PROBE)
+    honest = gate.run("--perf-update-baselines", profile=profile)
+    assert honest.ret == 0, honest.out[-3000:]
+    assert "not a model's" not in honest.out
+    recorded = gate.baseline_bytes()
+    outcome = gate.run("-rA", profile=profile, env={"PERFGATE_SIM_LOAD_ONE_TOKEN": "1"})
+    assert outcome.ret == int(pytest.ExitCode.TESTS_FAILED), outcome.out[-3000:]
+    assert re.search(r"PASSED \S+::test_correctness", outcome.out), outcome.out[-3000:]
+    message = (
+        "repeat 1: workload c16-in32-out16: the load's answers are not a model's: every output token of all 32 "
+        "completed answers is token id 1000; first: request 0, positions 0-15"
+    )
+    assert message in outcome.out, outcome.out[-3000:]
+    assert re.search(r"FAILED \S+::test_run_is_valid\[c16-in32-out16\]", outcome.out), outcome.out[-3000:]
+    assert "Traceback" not in outcome.out
+    assert gate.baseline_bytes() == recorded
+
+
+def test_a_proxy_rewriting_the_loads_answers_to_one_token_fails_the_run(
+    gate: Gate, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # The case of issue 34 as it was found: a proxy in front of the server; before, exit 0.
+    with ExitStack() as stack:
+        sim = start_server(sim_spec(), log_dir=tmp_path_factory.mktemp("sim"), stack=stack)
+        port = free_port()
+        proxy = subprocess.Popen(
+            [sys.executable, str(LYING_PROXY), "--upstream", sim.base_url, "--port", str(port)],
+            stdout=subprocess.DEVNULL,
+        )
+        stack.callback(proxy.wait, timeout=10)
+        stack.callback(proxy.kill)
+        url = f"http://127.0.0.1:{port}"
+        _wait_for(url + "/health")
+        outcome = gate.run(kind="attach", server=f'base_url = "{url}"')
+    assert outcome.ret == int(pytest.ExitCode.TESTS_FAILED), outcome.out[-3000:]
+    assert (
+        "repeat 1: workload c16-in32-out16: the load's answers are not a model's: every output token of all 32 "
+        "completed answers is token id 1000; first: request 0, positions 0-15"
+    ) in outcome.out, outcome.out[-3000:]
+    assert "Traceback" not in outcome.out
+
+
+def _wait_for(url: str) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            time.sleep(0.05)
+    raise AssertionError(f"{url} did not answer")

@@ -8,7 +8,7 @@ import tracemalloc
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perfgate.load import RequestRecord, RequestSpec
+from perfgate.load import OutputSample, RequestRecord, RequestSpec
 
 BUDGET_BYTES = 500e6
 REQUESTS = 100_000
@@ -22,6 +22,7 @@ def _record(index: int) -> RequestRecord:
     for c in range(CHUNKS):
         rec.add_chunk(0.5 + c * 0.0213, 1)
     rec.output_tokens = CHUNKS
+    rec.output = OutputSample(ids=CHUNKS, one_id=None, tokens=CHUNKS, text=True)
     rec.latency_s = 0.5 + CHUNKS * 0.0213
     return rec
 

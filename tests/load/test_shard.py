@@ -35,6 +35,8 @@ def test_two_processes_merge_complete_records_with_the_same_metrics(sim):
     assert [r.index for r in sharded.records] == list(range(W.num_prompts))
     assert all(r.ok for r in sharded.records), [r.error for r in sharded.records if r.error][:3]
     assert all(r.output_tokens == W.output_len and sum(r.chunk_tokens) == W.output_len for r in sharded.records)
+    # Each answer's summary crosses the process boundary with its record (the load's own check reads it).
+    assert all(r.output is not None and r.output.ids == W.output_len for r in sharded.records)
     # Both processes drew the same prompts as the single process would have.
     assert [r.input_tokens for r in sharded.records] == [r.input_tokens for r in single.records]
     # One clock across processes: every request lies inside the merged measured phase.

@@ -4,7 +4,8 @@ client that measures itself.
 The modules, in the order a repeat runs through them: ``_dataset`` (prompts and arrival
 times; ``_tokenize`` asks the server to count ShareGPT text), ``_backends`` (each API's
 request body and chunk format), ``_stream`` (one request, streamed, into a
-``_records.RequestRecord``), ``_phase`` (warmup, cache flush and the measured phase under the
+``_records.RequestRecord``, which keeps a summary of the answer that ``_outputs`` checks after
+the measured phase), ``_phase`` (warmup, cache flush and the measured phase under the
 workload's concurrency), ``_selfcheck`` (the client's own CPU and loop lag), ``_shard`` (the
 measured phase over several processes) and ``_run`` (``run_workload``: the plan built once,
 one process or several, one LoadRun).
@@ -20,8 +21,9 @@ from perfgate.load._dataset import (
     system_prompts,
     text_to_ids,
 )
+from perfgate.load._outputs import degenerate_output
 from perfgate.load._phase import Progress
-from perfgate.load._records import RequestRecord
+from perfgate.load._records import OutputSample, RequestRecord
 from perfgate.load._run import LoadRun, run_workload
 from perfgate.load._selfcheck import ClientLimits, ClientStats
 from perfgate.load._steady import SteadyWarmup
@@ -31,6 +33,7 @@ __all__ = [
     "ClientLimits",
     "ClientStats",
     "LoadRun",
+    "OutputSample",
     "Progress",
     "RequestRecord",
     "RequestSpec",
@@ -39,6 +42,7 @@ __all__ = [
     "arrival_offsets_s",
     "check_dataset",
     "dataset_identity",
+    "degenerate_output",
     "make_requests",
     "run_workload",
     "session_offsets_s",

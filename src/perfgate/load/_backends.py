@@ -14,6 +14,7 @@ from typing import Any
 
 from perfgate._redact import SECRETS
 from perfgate.load._dataset import RequestSpec
+from perfgate.load._records import OutputSample
 
 
 @dataclass(slots=True)
@@ -33,6 +34,9 @@ class StreamState:
     finish_reason: str | None = None
     done: bool = False
     error: str = ""
+    # The /generate chunk with the finish_reason, when it carried output_ids: that chunk is always
+    # parsed and holds the whole answer (cumulative), so the answer is read once, after the stream.
+    answer: dict[str, Any] | None = None
 
     def progress(self) -> tuple[int, int | None, int | None, str | None]:
         """What a new token, count, prompt count or finish reason changes (tokens only grow with
@@ -57,6 +61,11 @@ class Backend:
     def feed(self, payload: bytes, state: StreamState) -> int:
         """Fold one ``data:`` payload into ``state``; return the number of new tokens it carried."""
         raise NotImplementedError
+
+    def output_sample(self, state: StreamState) -> OutputSample | None:
+        """What the finished stream said about its content: OpenAI APIs stream text without ids,
+        so only whether text came for the tokens the server counted."""
+        return OutputSample(ids=0, one_id=None, tokens=state.server_tokens or 0, text=state.content_chunks > 0)
 
     def _merge(self, body: dict[str, Any]) -> dict[str, Any]:
         body.update(self.extra_body)
@@ -198,7 +207,21 @@ class SGLangBackend(Backend):
         fr = meta.get("finish_reason")
         if fr:
             state.finish_reason = fr.get("type", str(fr)) if isinstance(fr, dict) else str(fr)
+            if "output_ids" in obj:
+                state.answer = obj
         return max(new, 0)
+
+    def output_sample(self, state: StreamState) -> OutputSample | None:
+        """The final chunk's ids and text; None when it carried no output_ids list."""
+        answer = state.answer or {}
+        ids = answer.get("output_ids")
+        if not isinstance(ids, list):
+            return None
+        text = answer.get("text")
+        first = ids[0] if ids else None
+        # list.count runs in C: one pass over the ids per request, none per chunk.
+        one_id = first if isinstance(first, int) and ids.count(first) == len(ids) else None
+        return OutputSample(len(ids), one_id, len(ids), text != "" if isinstance(text, str) else None)
 
 
 # Usage on every chunk (SGLang 0.5.x and vLLM honour it; servers that do not just send the

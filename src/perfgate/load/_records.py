@@ -6,6 +6,24 @@ from array import array
 from dataclasses import dataclass, field
 
 
+@dataclass(frozen=True, slots=True)
+class OutputSample:
+    """What one request's answer said about its own content, kept after the stream instead of the
+    answer itself (see :func:`perfgate.load.degenerate_output`).
+
+    ``ids``: the output ids it carried (those of SGLang's last chunk, cumulative by default; 0 on
+    OpenAI APIs, which stream no ids). ``one_id``: the id every one of them is, None when they
+    differ or none came. ``tokens``: the tokens its text must spell (``ids``, or the server's
+    count where no ids came). ``text``: whether any text came; None when the answer has no text
+    field at all (SGLang's ``--skip-tokenizer-init`` sends ids only).
+    """
+
+    ids: int
+    one_id: int | None
+    tokens: int
+    text: bool | None
+
+
 @dataclass(slots=True)
 class RequestRecord:
     """What the client saw of one request.
@@ -29,6 +47,8 @@ class RequestRecord:
     error: str = ""
     # Sent a second time on a fresh connection after a reused one failed before any answer.
     retried: bool = False
+    # None when the answer carried nothing to check (an SGLang server that sends no output_ids).
+    output: OutputSample | None = None
 
     def add_chunk(self, offset_s: float, tokens: int) -> None:
         """Record a chunk that arrived ``offset_s`` after the start carrying ``tokens`` (>= 1) tokens."""

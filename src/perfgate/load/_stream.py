@@ -183,6 +183,7 @@ class Streamer:
         if counted_by_guess and state.server_tokens is not None and state.tokens != state.server_tokens:
             rec.spread_tokens(state.server_tokens)
         rec.output_tokens = state.server_tokens
+        rec.output = plan.backend.output_sample(state)
         if state.server_prompt_tokens is not None:
             rec.input_tokens = state.server_prompt_tokens
         rec.error = state.error or self._completeness_error(state, spec.input_len, max_tokens)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from perfgate.baseline import Baseline, BaselineStore, Fingerprint, others_note
 from perfgate.catalogue import metric
+from perfgate.load import degenerate_output
 from perfgate.profile import Profile, Workload
 from perfgate.session._options import SessionOptions
 from perfgate.session._record import record_baseline
@@ -122,6 +123,9 @@ class GatePolicy:
                 )
             if r.metrics.completed:
                 reasons += [f"repeat {i}: {why}" for why in self._unmeasured_client_metrics(workload, r)]
+            # Numbers measured on answers no model gave describe no server worth gating (issue 34).
+            if degenerate := degenerate_output(workload.name, r.load.records):
+                reasons.append(f"repeat {i}: {degenerate}")
             reasons += [f"repeat {i}: {why}" for why in r.warmup_and_stall_reasons()]
             client = r.load.client
             if not client.valid:

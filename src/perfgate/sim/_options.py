@@ -31,6 +31,9 @@ NO_CACHE_ENV = "PERFGATE_SIM_DISABLE_RADIX_CACHE"
 CORRUPT_RATE_ENV = "PERFGATE_SIM_CORRUPT_RATE"
 NAN_LOGPROBS_ENV = "PERFGATE_SIM_NAN_LOGPROBS"
 CORRUPT_ABOVE_BATCH_ENV = "PERFGATE_SIM_CORRUPT_ABOVE_BATCH"
+# The load's answers (not the probe's, which ask for logprobs) rewritten to one token, as a proxy
+# in front of the server could (issue 34): only a check of the load's own answers sees it.
+LOAD_ONE_TOKEN_ENV = "PERFGATE_SIM_LOAD_ONE_TOKEN"
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 # Passed by the launcher itself: a [server.sim] value would override them and the launcher would
@@ -84,6 +87,7 @@ class SimOptions:
     corrupt_rate: float = 0.0
     corrupt_above_batch: int = 0
     nan_logprobs: bool = False
+    load_one_token: bool = False
     slow_kernel: SlowKernel = field(default_factory=SlowKernel)
     telemetry_faults: TelemetryFaults = field(default_factory=TelemetryFaults)
 
@@ -273,10 +277,12 @@ class ModelFaults:
     corrupt_rate: float = 0.0
     corrupt_above_batch: int = 0
     nan_logprobs: bool = False
+    load_one_token: bool = False
 
 
 def model_faults_from_env(environ: os._Environ[str] | dict[str, str]) -> ModelFaults:
-    """PERFGATE_SIM_CORRUPT_RATE, _CORRUPT_ABOVE_BATCH and _NAN_LOGPROBS; ValueError with a clear message."""
+    """PERFGATE_SIM_CORRUPT_RATE, _CORRUPT_ABOVE_BATCH, _NAN_LOGPROBS and _LOAD_ONE_TOKEN; ValueError
+    with a clear message."""
     rate_raw = environ.get(CORRUPT_RATE_ENV, "").strip()
     rate = 0.0
     if rate_raw:
@@ -302,14 +308,18 @@ def model_faults_from_env(environ: os._Environ[str] | dict[str, str]) -> ModelFa
                 f"{COUNT_MAX:,} "
                 "(tokens computed while more requests run are corrupted) or unset it."
             )
-    nan_raw = environ.get(NAN_LOGPROBS_ENV, "").strip()
+    nan = _flag(environ, NAN_LOGPROBS_ENV, "every logprob NaN")
+    one_token = _flag(environ, LOAD_ONE_TOKEN_ENV, "every token of the load's answers one id, text X")
+    return ModelFaults(rate, batch, nan, one_token)
+
+
+def _flag(environ: os._Environ[str] | dict[str, str], name: str, meaning: str) -> bool:
+    """Environment variable ``name`` as a flag (unset: False); ValueError with a clear message."""
+    raw = environ.get(name, "").strip()
     try:
-        nan = _parse_bool(nan_raw) if nan_raw else False
+        return _parse_bool(raw) if raw else False
     except ValueError:
-        raise ValueError(
-            f"{NAN_LOGPROBS_ENV}={nan_raw!r} is not true or false: set it to 1 (every logprob NaN) or unset it."
-        ) from None
-    return ModelFaults(rate, batch, nan)
+        raise ValueError(f"{name}={raw!r} is not true or false: set it to 1 ({meaning}) or unset it.") from None
 
 
 @dataclass(frozen=True)
@@ -384,6 +394,7 @@ def parse_options(argv: Sequence[str], environ: os._Environ[str] | dict[str, str
         corrupt_rate=faults.corrupt_rate,
         corrupt_above_batch=faults.corrupt_above_batch,
         nan_logprobs=faults.nan_logprobs,
+        load_one_token=faults.load_one_token,
         slow_kernel=slow_kernel,
         telemetry_faults=telemetry_faults,
         **values,

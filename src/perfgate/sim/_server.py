@@ -61,24 +61,32 @@ def sse(value: object) -> bytes:
     return b"data: " + jbytes(value) + b"\n\n"
 
 
-class _Tapes:
-    """Cumulative generated text and output_ids as growable byte strings."""
+# PERFGATE_SIM_LOAD_ONE_TOKEN: the load's every token, as a lying proxy rewrites it.
+ONE_TOKEN_ID = 1000
+ONE_TOKEN_WORD = b"X"
 
-    def __init__(self, vocab_size: int) -> None:
+
+class _Tapes:
+    """Cumulative generated text and output_ids as growable byte strings; ``one_token``: every
+    token one id spelled "X" (sim._options.LOAD_ONE_TOKEN_ENV)."""
+
+    def __init__(self, vocab_size: int, one_token: bool = False) -> None:
         self._vocab = vocab_size
+        self._one_token = one_token
+        self.word = ONE_TOKEN_WORD if one_token else WORD
         self.text = b""
         self.ids = b""
         self.id_offsets = array("q", [0])
 
     def token_id(self, position: int) -> int:
-        return (1000 + 7919 * position) % self._vocab
+        return ONE_TOKEN_ID if self._one_token else (1000 + 7919 * position) % self._vocab
 
     def ensure(self, n: int) -> None:
         have = len(self.id_offsets) - 1
         if n <= have:
             return
         target = max(n, 2 * have, 256)
-        self.text = WORD * target
+        self.text = self.word * target
         pieces = [self.ids] if have else []
         offsets = self.id_offsets
         size = len(self.ids)
@@ -248,8 +256,12 @@ class Req:
     def e2e_s(self, now: float) -> float:
         return now - self.arrival
 
+    def word(self) -> bytes:
+        """One token's text: the probe's answers (the toy model's) are never rewritten."""
+        return WORD if self.ask is not None else self.srv.tapes.word
+
     def text(self) -> str:
-        return (WORD * self.n).decode()
+        return (self.word() * self.n).decode()
 
     # -- API specific ---------------------------------------------------------------
     def prepare(self) -> None:
@@ -285,7 +297,7 @@ class GenerateReq(Req):
         return b"".join(
             (
                 b'data: {"text":"',
-                tapes.text[: _WORD_LEN * n],
+                tapes.text[: len(tapes.word) * n],
                 b'","output_ids":[',
                 tapes.ids[: tapes.id_offsets[n]],
                 self._mid,
@@ -353,7 +365,7 @@ class CompletionReq(Req):
         return b"".join(
             (
                 self._mid,
-                WORD * (n - self.sent),
+                self.word() * (n - self.sent),
                 b'","logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":',
                 self.running_usage(n),
                 b"}\n\n",
@@ -439,7 +451,7 @@ class CompletionReq(Req):
         return {"text": self.text()}
 
     def final_chunks(self, now: float) -> bytes:
-        rest = {"text": (WORD * (self.n - self.sent)).decode()}
+        rest = {"text": (self.word() * (self.n - self.sent)).decode()}
         usage = self.usage() if self.continuous_usage else None
         return sse(self._envelope(self._CHUNK_OBJECT, [self._last_choice(**rest)], usage=usage)) + self._usage_chunk()
 
@@ -471,7 +483,7 @@ class ChatReq(CompletionReq):
             (
                 self._mid,
                 b'{"reasoning_content":null,"content":"',
-                WORD * (n - self.sent),
+                self.word() * (n - self.sent),
                 b'"}',
                 tail,
             )
@@ -588,7 +600,7 @@ class SimServer:
         self.config = opts.engine_config()
         self.engine = Engine(self.config)
         self.stream_interval = opts.stream_interval
-        self.tapes = _Tapes(opts.vocab_size)
+        self.tapes = _Tapes(opts.vocab_size, opts.load_one_token)
         self.model = ToyModel(
             opts.vocab_size,
             seed=opts.seed,
