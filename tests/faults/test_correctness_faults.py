@@ -111,6 +111,31 @@ def test_a_batch_dependent_fault_fails_at_the_workload_concurrency(gate: Gate) -
     assert re.search(r"correctness_argmax_mismatch at concurrency 16, prompt \d+", outcome.out), outcome.out[-3000:]
 
 
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        # Issue #34: /generate answers cut to 0 or 8 of 16 tokens passed; without output_top_logprobs
+        # a wrong model's tokens were not seen (argmax mismatch 0).
+        ({"PERFGATE_SIM_CUT_ANSWERS": "0"}, r"/generate gave 0 tokens for prompt \d+, asked for 16"),
+        ({"PERFGATE_SIM_CUT_ANSWERS": "8"}, r"/generate gave 8 tokens for prompt \d+, asked for 16"),
+        (
+            {"PERFGATE_SIM_NO_TOP_LOGPROBS": "1", "PERFGATE_SIM_CORRUPT_RATE": "0.05"},
+            r"/generate gave no top logprobs \(meta_info.output_top_logprobs\) for prompt \d+ at 16 of 16 positions",
+        ),
+    ],
+)
+def test_an_answer_lacking_what_the_probe_compares_fails(gate: Gate, env: dict[str, str], message: str) -> None:
+    profile = _profile(gate)
+    assert gate.run("--perf-update-baselines", "-k", "test_correctness", profile=profile).ret == 0
+    before = gate.baseline_bytes()
+    outcome = gate.run("-rfE", "--perf-update-baselines", "-k", "test_correctness", profile=profile, env=env)
+    assert outcome.ret == FAILED, outcome.out[-3000:]
+    assert _failed_tests(outcome) == ["test_correctness"], outcome.out[-3000:]
+    assert re.search("correctness probe stopped: correctness probe: " + message, outcome.out), outcome.out[-3000:]
+    assert gate.baseline_bytes() == before
+    _no_traceback(outcome.out)
+
+
 def test_recording_a_different_model_needs_a_reason(gate: Gate) -> None:
     profile = _profile(gate)
     assert gate.run("--perf-update-baselines", profile=profile).ret == 0

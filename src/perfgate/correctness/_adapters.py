@@ -9,8 +9,10 @@
   tokens, so only the positions before a prompt's first divergence are compared there.
 
 Every answer is checked for its shape; anything unexpected is a :class:`CorrectnessError` naming
-the route, the prompt and the field, never a KeyError. A logprob the server sends as ``null``
-where one is due reads as NaN: a degenerate answer, not a parse error.
+the route, the prompt and the field, never a KeyError. An answer that lacks what the comparison
+needs (fewer tokens than asked for, a position without the top logprobs that tell a wrong token
+from the right one) is refused the same way: compared, it would pass on what it left out. A logprob
+the server sends as ``null`` where one is due reads as NaN: a degenerate answer, not a parse error.
 """
 
 from __future__ import annotations
@@ -139,6 +141,23 @@ class _Http:
         await self._client.aclose()
 
 
+def _whole(positions: list[Position], n: int, path: str, prompt: Prompt, top_field: str) -> list[Position]:
+    """``positions`` when they are the ``n`` asked for, each with the top logprobs asked for."""
+    if len(positions) != n:
+        raise CorrectnessError(
+            f"correctness probe: {path} gave {len(positions)} tokens for prompt {prompt.index}, asked for {n} "
+            "(ignore_eos must be honoured): a cut answer cannot be compared"
+        )
+    missing = [i for i, p in enumerate(positions) if not p.top]
+    if missing:
+        raise CorrectnessError(
+            f"correctness probe: {path} gave no top logprobs ({top_field}) for prompt {prompt.index} at "
+            f"{len(missing)} of {n} positions, first at position {missing[0]}: without them a wrong token cannot "
+            "be told from the right one"
+        )
+    return positions
+
+
 def _shape_error(path: str, prompt: Prompt, e: Exception) -> CorrectnessError:
     what = f"missing field {e}" if isinstance(e, KeyError) else str(e)
     return CorrectnessError(
@@ -186,7 +205,7 @@ class SGLangClient(_Http):
                 raise ValueError("output_ids and output_token_logprobs name different tokens")
         except (KeyError, TypeError, ValueError) as e:
             raise _shape_error(self._PATH, prompt, e) from None
-        return positions
+        return _whole(positions, n, self._PATH, prompt, "meta_info.output_top_logprobs")
 
     async def score(self, prompt: Prompt, tokens: Sequence[int]) -> list[Position]:
         ids = [*prompt.ids, *tokens]
@@ -208,7 +227,8 @@ class SGLangClient(_Http):
             positions = self._positions(entries, _list(tops, "input_top_logprobs") if tops is not None else None)
         except (KeyError, TypeError, ValueError) as e:
             raise _shape_error(self._PATH, prompt, e) from None
-        return _tail(positions, tokens, self._PATH, prompt, zeroes_one_id=True)
+        got = _tail(positions, tokens, self._PATH, prompt, zeroes_one_id=True)
+        return _whole(got, len(tokens), self._PATH, prompt, "meta_info.input_top_logprobs")
 
 
 def _tail(
@@ -300,18 +320,14 @@ class CompletionsClient(_OpenAIHttp):
 
     async def generate(self, prompt: Prompt, n: int) -> list[Position]:
         positions = await self._choice_logprobs(self._body(list(prompt.ids), n, TOP_LOGPROBS, False), prompt)
-        if len(positions) != n:
-            raise CorrectnessError(
-                f"correctness probe: {self._PATH} gave {len(positions)} tokens for prompt {prompt.index}, "
-                f"asked for {n} (ignore_eos must be honoured)"
-            )
-        return positions
+        return _whole(positions, n, self._PATH, prompt, "choices[0].logprobs.top_logprobs")
 
     async def score(self, prompt: Prompt, tokens: Sequence[int]) -> list[Position]:
         ids = [*prompt.ids, *tokens]
         positions = await self._choice_logprobs(self._body(ids, 1, 1, True), prompt)
         # Echoed: the prompt, the given tokens, then the one generated token.
-        return _tail(positions[: len(ids)], tokens, self._PATH, prompt)
+        got = _tail(positions[: len(ids)], tokens, self._PATH, prompt)
+        return _whole(got, len(tokens), self._PATH, prompt, "choices[0].logprobs.top_logprobs")
 
 
 class ChatClient(_OpenAIHttp):
@@ -345,7 +361,7 @@ class ChatClient(_OpenAIHttp):
                 out.append(Position(_token(entry["token"]), _number(entry["logprob"]), top))
         except (KeyError, IndexError, TypeError, ValueError) as e:
             raise _shape_error(self._PATH, prompt, e) from None
-        return out
+        return _whole(out, n, self._PATH, prompt, "choices[0].logprobs.content[].top_logprobs")
 
     async def score(self, prompt: Prompt, tokens: Sequence[int]) -> list[Position]:
         raise CorrectnessError("correctness probe: the chat API cannot score given tokens")

@@ -31,6 +31,10 @@ NO_CACHE_ENV = "PERFGATE_SIM_DISABLE_RADIX_CACHE"
 CORRUPT_RATE_ENV = "PERFGATE_SIM_CORRUPT_RATE"
 NAN_LOGPROBS_ENV = "PERFGATE_SIM_NAN_LOGPROBS"
 CORRUPT_ABOVE_BATCH_ENV = "PERFGATE_SIM_CORRUPT_ABOVE_BATCH"
+# Answers that lack what the probe compares (a lying server or proxy): /generate's logprob answers
+# cut to N output tokens, or without output_top_logprobs.
+CUT_ANSWERS_ENV = "PERFGATE_SIM_CUT_ANSWERS"
+NO_TOP_LOGPROBS_ENV = "PERFGATE_SIM_NO_TOP_LOGPROBS"
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 # Passed by the launcher itself: a [server.sim] value would override them and the launcher would
@@ -84,6 +88,8 @@ class SimOptions:
     corrupt_rate: float = 0.0
     corrupt_above_batch: int = 0
     nan_logprobs: bool = False
+    cut_answers: int | None = None
+    no_top_logprobs: bool = False
     slow_kernel: SlowKernel = field(default_factory=SlowKernel)
     telemetry_faults: TelemetryFaults = field(default_factory=TelemetryFaults)
 
@@ -273,10 +279,13 @@ class ModelFaults:
     corrupt_rate: float = 0.0
     corrupt_above_batch: int = 0
     nan_logprobs: bool = False
+    cut_answers: int | None = None
+    no_top_logprobs: bool = False
 
 
 def model_faults_from_env(environ: os._Environ[str] | dict[str, str]) -> ModelFaults:
-    """PERFGATE_SIM_CORRUPT_RATE, _CORRUPT_ABOVE_BATCH and _NAN_LOGPROBS; ValueError with a clear message."""
+    """PERFGATE_SIM_CORRUPT_RATE, _CORRUPT_ABOVE_BATCH, _NAN_LOGPROBS, _CUT_ANSWERS and
+    _NO_TOP_LOGPROBS; ValueError with a clear message."""
     rate_raw = environ.get(CORRUPT_RATE_ENV, "").strip()
     rate = 0.0
     if rate_raw:
@@ -309,7 +318,27 @@ def model_faults_from_env(environ: os._Environ[str] | dict[str, str]) -> ModelFa
         raise ValueError(
             f"{NAN_LOGPROBS_ENV}={nan_raw!r} is not true or false: set it to 1 (every logprob NaN) or unset it."
         ) from None
-    return ModelFaults(rate, batch, nan)
+    cut_raw = environ.get(CUT_ANSWERS_ENV, "").strip()
+    cut = None
+    if cut_raw:
+        try:
+            cut = int(cut_raw)
+        except ValueError:
+            cut = -1
+        if not 0 <= cut <= COUNT_MAX:
+            raise ValueError(
+                f"{CUT_ANSWERS_ENV}={cut_raw!r} is not a token count: set it to a whole number from 0 to "
+                f"{COUNT_MAX:,} (/generate logprob answers keep that many output tokens) or unset it."
+            )
+    top_raw = environ.get(NO_TOP_LOGPROBS_ENV, "").strip()
+    try:
+        no_top = _parse_bool(top_raw) if top_raw else False
+    except ValueError:
+        raise ValueError(
+            f"{NO_TOP_LOGPROBS_ENV}={top_raw!r} is not true or false: set it to 1 (/generate answers without "
+            "output_top_logprobs) or unset it."
+        ) from None
+    return ModelFaults(rate, batch, nan, cut, no_top)
 
 
 @dataclass(frozen=True)
@@ -384,6 +413,8 @@ def parse_options(argv: Sequence[str], environ: os._Environ[str] | dict[str, str
         corrupt_rate=faults.corrupt_rate,
         corrupt_above_batch=faults.corrupt_above_batch,
         nan_logprobs=faults.nan_logprobs,
+        cut_answers=faults.cut_answers,
+        no_top_logprobs=faults.no_top_logprobs,
         slow_kernel=slow_kernel,
         telemetry_faults=telemetry_faults,
         **values,
