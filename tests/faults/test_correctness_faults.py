@@ -111,6 +111,35 @@ def test_a_batch_dependent_fault_fails_at_the_workload_concurrency(gate: Gate) -
     assert re.search(r"correctness_argmax_mismatch at concurrency 16, prompt \d+", outcome.out), outcome.out[-3000:]
 
 
+def test_a_fault_above_the_probes_own_requests_fails_at_the_workloads_batch(gate: Gate) -> None:
+    """Issue #34: the high pass had at most prompts + duplicates in flight (10 here), so a server
+    wrong only in batches above 36 passed a workload of 64 (exit 0). Padded to 64, it fails, and
+    says the batch it reached. time_scale 0.5: the prompts' decode steps outlast the sending of
+    the 64 requests on a loaded 2-core machine."""
+    profile = gate.profile(tolerance=LOOSEST, correctness=PROBE, sim="time_scale = 0.5")
+    profile.write_text(
+        profile.read_text().replace("num_prompts = 32\nconcurrency = 16", "num_prompts = 64\nconcurrency = 64")
+    )
+    outcome = gate.run(
+        "-rfE", f"--perf-results={gate.results}", profile=profile, env={"PERFGATE_SIM_CORRUPT_ABOVE_BATCH": "36"}
+    )
+    assert outcome.ret == FAILED, outcome.out[-3000:]
+    assert _failed_tests(outcome) == ["test_correctness"], outcome.out[-3000:]
+    # Caught at the workload's batch: the prompts' answers against the low pass (argmax mismatch),
+    # or the padding's, computed at the peak, against the prompts' (batch disagreements).
+    found = r"correctness_(argmax_mismatch|batch_disagreements) at concurrency 64, prompt \d+"
+    assert re.search(found, outcome.out), outcome.out[-3000:]
+    # The batch reached is what was on the wire at once: above the fault's 36, up to 64 (a loaded
+    # client gets the first answers back before it has sent the last requests).
+    reached = re.search(r"requests in flight: 8 at concurrency 8, (\d+) at concurrency 64", outcome.out)
+    assert reached and 36 < int(reached[1]) <= 64, outcome.out[-3000:]
+    (results,) = gate.results.glob("results-*.json")
+    high = json.loads(results.read_text())["correctness"]["passes"][-1]
+    assert (high["concurrency"], high["in_flight"], high["padding"], high["duplicates"]) == (64, int(reached[1]), 54, 2)
+    assert not list(gate.baselines.rglob("*.json"))
+    _no_traceback(outcome.out)
+
+
 @pytest.mark.parametrize(
     ("env", "message"),
     [
