@@ -85,7 +85,9 @@ def test_sglang_greedy_and_teacher_forced() -> None:
 
 def test_sglang_null_logprobs_read_as_nan() -> None:
     # The NaN model: HTTP 200, every logprob null, every token 0.
-    body = {"output_ids": [0, 0], "meta_info": {"output_token_logprobs": [[None, 0, None], [None, 0, None]]}}
+    entry = [None, 0, None]
+    meta = {"output_token_logprobs": [entry, entry], "output_top_logprobs": [[entry], [entry]]}
+    body = {"output_ids": [0, 0], "meta_info": meta}
     out, _ = _call("sglang", "generate", 200, body)
     assert all(math.isnan(p.logprob) for p in out)
 
@@ -176,7 +178,8 @@ def test_a_server_that_scores_other_tokens_is_refused() -> None:
 
 
 def _scored(*ids: int) -> dict[str, Any]:
-    return {"meta_info": {"input_token_logprobs": [[None, 12, None], *([-1.5, i, None] for i in ids)]}}
+    entries = [[None, 12, None], *([-1.5, i, None] for i in ids)]
+    return {"meta_info": {"input_token_logprobs": entries, "input_top_logprobs": [None, *([e] for e in entries[1:])]}}
 
 
 def test_sglangs_zero_for_the_vocabularys_last_id_is_that_id() -> None:
@@ -209,3 +212,60 @@ def test_an_error_answer_quoting_a_key_past_the_cut_shows_none_of_it() -> None:
     with pytest.raises(CorrectnessError) as err:
         _call("sglang", "generate", 401, ("x" * 260 + f"bad key {key}").encode())
     assert key[:MIN_PIECE_CHARS] not in str(err.value) and "<redacted>" in str(err.value)
+
+
+GREEDY_64: dict[str, Any] = {
+    "output_ids": [25] * 64,
+    "meta_info": {
+        "output_token_logprobs": [[-1.0, 25, None]] * 64,
+        "output_top_logprobs": [[[-1.0, 25, None], [-2.0, 3, None]]] * 64,
+    },
+}
+
+
+def _cut(n: int) -> dict[str, Any]:
+    meta = GREEDY_64["meta_info"]
+    return {
+        "output_ids": [25] * n,
+        "meta_info": {k: v[:n] for k, v in meta.items()},
+    }
+
+
+def _without(field: str, body: dict[str, Any]) -> dict[str, Any]:
+    return {**body, "meta_info": {k: v for k, v in body["meta_info"].items() if k != field}}
+
+
+@pytest.mark.parametrize(
+    ("method", "body", "message"),
+    [
+        # Issue #34: an SGLang greedy answer cut to 0 or 8 of 64 tokens passed (OpenAI's was refused).
+        ("generate", _cut(0), "/generate gave 0 tokens for prompt 3, asked for 64"),
+        ("generate", _cut(8), "/generate gave 8 tokens for prompt 3, asked for 64"),
+        # ... and with output_top_logprobs dropped, wrong tokens were not seen.
+        (
+            "generate",
+            _without("output_top_logprobs", GREEDY_64),
+            "/generate gave no top logprobs (meta_info.output_top_logprobs) for prompt 3 at 64 of 64 positions, "
+            "first at position 0",
+        ),
+        (
+            "score",
+            _without("input_top_logprobs", _scored(25, 640)),
+            "/generate gave no top logprobs (meta_info.input_top_logprobs) for prompt 3 at 2 of 2 positions",
+        ),
+    ],
+)
+def test_an_answer_lacking_what_the_comparison_needs_is_refused(
+    method: str, body: dict[str, Any], message: str
+) -> None:
+    tokens = (25, 640) if method == "score" else (25,) * 64
+    with pytest.raises(CorrectnessError, match=r"^correctness probe: ") as err:
+        _call("sglang", method, 200, body, *tokens)
+    assert message in str(err.value)
+
+
+def test_a_chat_answer_without_top_logprobs_is_refused() -> None:
+    entry = {"token": "token_id:25", "logprob": -1.0}
+    body = {"choices": [{"logprobs": {"content": [entry, {**entry, "top_logprobs": []}]}}]}
+    with pytest.raises(CorrectnessError, match=r"no top logprobs .* for prompt 3 at 2 of 2 positions"):
+        _call("openai-chat", "generate", 200, body)

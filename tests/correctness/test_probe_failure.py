@@ -54,7 +54,10 @@ class _OneFails(http.server.BaseHTTPRequestHandler):
         else:
             answer: dict[str, Any] = {
                 "output_ids": [5, 6],
-                "meta_info": {"output_token_logprobs": [[-1.0, 5, None], [-1.0, 6, None]]},
+                "meta_info": {
+                    "output_token_logprobs": [[-1.0, 5, None], [-1.0, 6, None]],
+                    "output_top_logprobs": [[[-1.0, 5, None]], [[-1.0, 6, None]]],
+                },
             }
             status, body = 200, json.dumps(answer).encode()
         try:

@@ -65,6 +65,8 @@ def test_nan_logprobs_keep_the_tokens() -> None:
         ({"PERFGATE_SIM_CORRUPT_ABOVE_BATCH": "0"}, "PERFGATE_SIM_CORRUPT_ABOVE_BATCH='0' is not a batch size"),
         ({"PERFGATE_SIM_NAN_LOGPROBS": "maybe"}, "PERFGATE_SIM_NAN_LOGPROBS='maybe' is not true or false"),
         ({"PERFGATE_SIM_LOAD_ONE_TOKEN": "2"}, "PERFGATE_SIM_LOAD_ONE_TOKEN='2' is not true or false"),
+        ({"PERFGATE_SIM_CUT_ANSWERS": "-1"}, "PERFGATE_SIM_CUT_ANSWERS='-1' is not a token count"),
+        ({"PERFGATE_SIM_NO_TOP_LOGPROBS": "maybe"}, "PERFGATE_SIM_NO_TOP_LOGPROBS='maybe' is not true or false"),
     ],
 )
 def test_bad_fault_settings_are_refused_with_the_fix(env: dict[str, str], message: str) -> None:

@@ -111,6 +111,60 @@ def test_a_batch_dependent_fault_fails_at_the_workload_concurrency(gate: Gate) -
     assert re.search(r"correctness_argmax_mismatch at concurrency 16, prompt \d+", outcome.out), outcome.out[-3000:]
 
 
+def test_a_fault_above_the_probes_own_requests_fails_at_the_workloads_batch(gate: Gate) -> None:
+    """Issue #34: the high pass had at most prompts + duplicates in flight (10 here), so a server
+    wrong only in batches above 36 passed a workload of 64 (exit 0). Padded to 64, it fails, and
+    says the batch it reached. time_scale 0.5: the prompts' decode steps outlast the sending of
+    the 64 requests on a loaded 2-core machine."""
+    profile = gate.profile(tolerance=LOOSEST, correctness=PROBE, sim="time_scale = 0.5")
+    profile.write_text(
+        profile.read_text().replace("num_prompts = 32\nconcurrency = 16", "num_prompts = 64\nconcurrency = 64")
+    )
+    outcome = gate.run(
+        "-rfE", f"--perf-results={gate.results}", profile=profile, env={"PERFGATE_SIM_CORRUPT_ABOVE_BATCH": "36"}
+    )
+    assert outcome.ret == FAILED, outcome.out[-3000:]
+    assert _failed_tests(outcome) == ["test_correctness"], outcome.out[-3000:]
+    # Caught at the workload's batch: the prompts' answers against the low pass (argmax mismatch),
+    # or the padding's, computed at the peak, against the prompts' (batch disagreements).
+    found = r"correctness_(argmax_mismatch|batch_disagreements) at concurrency 64, prompt \d+"
+    assert re.search(found, outcome.out), outcome.out[-3000:]
+    # The batch reached is what was on the wire at once: above the fault's 36, up to 64 (a loaded
+    # client gets the first answers back before it has sent the last requests).
+    reached = re.search(r"requests in flight: 8 at concurrency 8, (\d+) at concurrency 64", outcome.out)
+    assert reached and 36 < int(reached[1]) <= 64, outcome.out[-3000:]
+    (results,) = gate.results.glob("results-*.json")
+    high = json.loads(results.read_text())["correctness"]["passes"][-1]
+    assert (high["concurrency"], high["in_flight"], high["padding"], high["duplicates"]) == (64, int(reached[1]), 54, 2)
+    assert not list(gate.baselines.rglob("*.json"))
+    _no_traceback(outcome.out)
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        # Issue #34: /generate answers cut to 0 or 8 of 16 tokens passed; without output_top_logprobs
+        # a wrong model's tokens were not seen (argmax mismatch 0).
+        ({"PERFGATE_SIM_CUT_ANSWERS": "0"}, r"/generate gave 0 tokens for prompt \d+, asked for 16"),
+        ({"PERFGATE_SIM_CUT_ANSWERS": "8"}, r"/generate gave 8 tokens for prompt \d+, asked for 16"),
+        (
+            {"PERFGATE_SIM_NO_TOP_LOGPROBS": "1", "PERFGATE_SIM_CORRUPT_RATE": "0.05"},
+            r"/generate gave no top logprobs \(meta_info.output_top_logprobs\) for prompt \d+ at 16 of 16 positions",
+        ),
+    ],
+)
+def test_an_answer_lacking_what_the_probe_compares_fails(gate: Gate, env: dict[str, str], message: str) -> None:
+    profile = _profile(gate)
+    assert gate.run("--perf-update-baselines", "-k", "test_correctness", profile=profile).ret == 0
+    before = gate.baseline_bytes()
+    outcome = gate.run("-rfE", "--perf-update-baselines", "-k", "test_correctness", profile=profile, env=env)
+    assert outcome.ret == FAILED, outcome.out[-3000:]
+    assert _failed_tests(outcome) == ["test_correctness"], outcome.out[-3000:]
+    assert re.search("correctness probe stopped: correctness probe: " + message, outcome.out), outcome.out[-3000:]
+    assert gate.baseline_bytes() == before
+    _no_traceback(outcome.out)
+
+
 def test_recording_a_different_model_needs_a_reason(gate: Gate) -> None:
     profile = _profile(gate)
     assert gate.run("--perf-update-baselines", profile=profile).ret == 0

@@ -9,8 +9,10 @@
   tokens, so only the positions before a prompt's first divergence are compared there.
 
 Every answer is checked for its shape; anything unexpected is a :class:`CorrectnessError` naming
-the route, the prompt and the field, never a KeyError. A logprob the server sends as ``null``
-where one is due reads as NaN: a degenerate answer, not a parse error.
+the route, the prompt and the field, never a KeyError. An answer that lacks what the comparison
+needs (fewer tokens than asked for, a position without the top logprobs that tell a wrong token
+from the right one) is refused the same way: compared, it would pass on what it left out. A logprob
+the server sends as ``null`` where one is due reads as NaN: a degenerate answer, not a parse error.
 """
 
 from __future__ import annotations
@@ -70,6 +72,11 @@ class ProbeClient(Protocol):
         """The logprob of each of ``tokens`` given ``prompt`` and the tokens before it."""
         ...
 
+    def peak_in_flight(self) -> int:
+        """The most requests sent and not yet answered at once since the last call: the batch the
+        server was given (it may run less of it, queueing the rest)."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
@@ -102,21 +109,64 @@ def _list(value: Any, what: str) -> list[Any]:
     return value
 
 
+# Requests one httpx client carries at once. httpcore's pool scans all its connections for every
+# request and answer: one client of 1024 connections (a pass padded to the load's 1024) spent 58 s
+# of the probe's CPU there, measured; clients of 32 keep that linear in the requests.
+_PER_CLIENT = 32
+
+
 class _Http:
     def __init__(self, base_url: str, api_key_env: str, timeout_s: float) -> None:
-        headers = {}
+        self._headers = {}
         key = os.environ.get(api_key_env, "") if api_key_env else ""
         if key:
-            headers["Authorization"] = f"Bearer {key}"
+            self._headers["Authorization"] = f"Bearer {key}"
         self.base_url = base_url.rstrip("/")
-        self._client = httpx.AsyncClient(headers=headers, timeout=timeout_s)
+        self._timeout_s = timeout_s
+        # One TLS context for all the clients: each would load the CA store again (~30 ms).
+        self._ssl = httpx.create_ssl_context()
+        self._clients: list[httpx.AsyncClient] = []
+        self._busy: list[int] = []
+        self._at_server = 0
+        self._peak = 0
+
+    def peak_in_flight(self) -> int:
+        self._peak, peak = self._at_server, self._peak
+        return peak
+
+    def _take(self) -> int:
+        """A client with room for one more request (a new one when all are full): its index."""
+        k = next((k for k, n in enumerate(self._busy) if n < _PER_CLIENT), len(self._clients))
+        if k == len(self._clients):
+            limits = httpx.Limits(max_connections=_PER_CLIENT)
+            self._clients.append(
+                httpx.AsyncClient(headers=self._headers, timeout=self._timeout_s, verify=self._ssl, limits=limits)
+            )
+            self._busy.append(0)
+        self._busy[k] += 1
+        return k
 
     async def post(self, path: str, body: dict[str, Any], prompt: Prompt) -> dict[str, Any]:
         url = self.base_url + path
+        k = self._take()
+        sent = False
+
+        async def trace(event: str, info: Any) -> None:
+            # Counted once the request is on the wire, not when it is handed to the client: a slow
+            # client that gets the first answers back before it sent the last must not claim the batch.
+            nonlocal sent
+            if event == "http11.send_request_body.complete":
+                sent = True
+                self._at_server += 1
+                self._peak = max(self._peak, self._at_server)
+
         try:
-            r = await self._client.post(url, json=body)
+            r = await self._clients[k].post(url, json=body, extensions={"trace": trace})
         except httpx.HTTPError as e:
             raise CorrectnessError(f"correctness probe: {path} for prompt {prompt.index} failed: {e!r}") from None
+        finally:
+            self._busy[k] -= 1
+            self._at_server -= sent
         if r.status_code == 400 and _NONFINITE_400 in r.text:
             raise NonFiniteAnswer(SECRETS.clip(r.text, 300))
         if r.status_code != 200:
@@ -136,7 +186,25 @@ class _Http:
         return data
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        for client in self._clients:
+            await client.aclose()
+
+
+def _whole(positions: list[Position], n: int, path: str, prompt: Prompt, top_field: str) -> list[Position]:
+    """``positions`` when they are the ``n`` asked for, each with the top logprobs asked for."""
+    if len(positions) != n:
+        raise CorrectnessError(
+            f"correctness probe: {path} gave {len(positions)} tokens for prompt {prompt.index}, asked for {n} "
+            "(ignore_eos must be honoured): a cut answer cannot be compared"
+        )
+    missing = [i for i, p in enumerate(positions) if not p.top]
+    if missing:
+        raise CorrectnessError(
+            f"correctness probe: {path} gave no top logprobs ({top_field}) for prompt {prompt.index} at "
+            f"{len(missing)} of {n} positions, first at position {missing[0]}: without them a wrong token cannot "
+            "be told from the right one"
+        )
+    return positions
 
 
 def _shape_error(path: str, prompt: Prompt, e: Exception) -> CorrectnessError:
@@ -186,7 +254,7 @@ class SGLangClient(_Http):
                 raise ValueError("output_ids and output_token_logprobs name different tokens")
         except (KeyError, TypeError, ValueError) as e:
             raise _shape_error(self._PATH, prompt, e) from None
-        return positions
+        return _whole(positions, n, self._PATH, prompt, "meta_info.output_top_logprobs")
 
     async def score(self, prompt: Prompt, tokens: Sequence[int]) -> list[Position]:
         ids = [*prompt.ids, *tokens]
@@ -208,7 +276,8 @@ class SGLangClient(_Http):
             positions = self._positions(entries, _list(tops, "input_top_logprobs") if tops is not None else None)
         except (KeyError, TypeError, ValueError) as e:
             raise _shape_error(self._PATH, prompt, e) from None
-        return _tail(positions, tokens, self._PATH, prompt, zeroes_one_id=True)
+        got = _tail(positions, tokens, self._PATH, prompt, zeroes_one_id=True)
+        return _whole(got, len(tokens), self._PATH, prompt, "meta_info.input_top_logprobs")
 
 
 def _tail(
@@ -300,18 +369,14 @@ class CompletionsClient(_OpenAIHttp):
 
     async def generate(self, prompt: Prompt, n: int) -> list[Position]:
         positions = await self._choice_logprobs(self._body(list(prompt.ids), n, TOP_LOGPROBS, False), prompt)
-        if len(positions) != n:
-            raise CorrectnessError(
-                f"correctness probe: {self._PATH} gave {len(positions)} tokens for prompt {prompt.index}, "
-                f"asked for {n} (ignore_eos must be honoured)"
-            )
-        return positions
+        return _whole(positions, n, self._PATH, prompt, "choices[0].logprobs.top_logprobs")
 
     async def score(self, prompt: Prompt, tokens: Sequence[int]) -> list[Position]:
         ids = [*prompt.ids, *tokens]
         positions = await self._choice_logprobs(self._body(ids, 1, 1, True), prompt)
         # Echoed: the prompt, the given tokens, then the one generated token.
-        return _tail(positions[: len(ids)], tokens, self._PATH, prompt)
+        got = _tail(positions[: len(ids)], tokens, self._PATH, prompt)
+        return _whole(got, len(tokens), self._PATH, prompt, "choices[0].logprobs.top_logprobs")
 
 
 class ChatClient(_OpenAIHttp):
@@ -345,7 +410,7 @@ class ChatClient(_OpenAIHttp):
                 out.append(Position(_token(entry["token"]), _number(entry["logprob"]), top))
         except (KeyError, IndexError, TypeError, ValueError) as e:
             raise _shape_error(self._PATH, prompt, e) from None
-        return out
+        return _whole(out, n, self._PATH, prompt, "choices[0].logprobs.content[].top_logprobs")
 
     async def score(self, prompt: Prompt, tokens: Sequence[int]) -> list[Position]:
         raise CorrectnessError("correctness probe: the chat API cannot score given tokens")

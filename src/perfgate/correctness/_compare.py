@@ -310,13 +310,17 @@ def duplicates_disagree(
 
 @dataclass(frozen=True)
 class PassResult:
-    """One concurrency's pass: per prompt agreement, the degenerate findings, and its metrics."""
+    """One concurrency's pass: per prompt agreement, the degenerate findings, and its metrics;
+    ``padding_sent``: short copies of the prompts that filled the batch up to the concurrency;
+    ``in_flight``: the most of its requests sent and not yet answered at once (the batch reached)."""
 
     concurrency: int
     prompts: tuple[PromptAgreement, ...]
     degenerate: tuple[Finding, ...]
     duplicates_sent: int
     metrics: dict[str, float] = field(default_factory=dict)
+    padding_sent: int = 0
+    in_flight: int = 0
 
     def findings(self) -> list[Finding]:
         return [f for p in self.prompts for f in p.findings] + list(self.degenerate)

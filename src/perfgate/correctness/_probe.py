@@ -1,11 +1,16 @@
 """Run the probe: greedy answers and teacher-forced scores at each concurrency, against a reference.
 
 At every concurrency of the spec (lowest first) the prompts are sent greedily, that many in
-flight; the highest one also sends ``duplicates`` prompts a second time in the same batch. Then
-the reference's outputs are scored teacher-forced at the same concurrency (where the API can score
-and the profile does not say ``score = false``). The reference is the
-stored record (a gate run), stack A's record (``perfgate ab``), or, with neither, this run's own
-lowest-concurrency pass: so even a first run catches a server whose answers change with the batch.
+flight; the highest one also sends ``duplicates`` prompts a second time in the same batch. A pass
+whose concurrency exceeds its requests is padded up to it, so the batch the load runs is the batch
+the probe is answered in: the padding requests are more copies of the prompts with short outputs
+(``PADDING_OUTPUT_LEN``: the padding costs a few decode steps, not a second load), sent after
+the prompts: the prompts' long answers are computed in the batch as it grows to its peak, and each
+padding answer, computed at the peak, must agree with its prompt's, as the duplicates do. Then
+the reference's outputs are scored teacher-forced at the same concurrency (where the API can
+score and the profile does not say ``score = false``). The reference is the stored record (a gate
+run), stack A's record (``perfgate ab``), or, with neither, this run's own lowest-concurrency
+pass: so even a first run catches a server whose answers change with the batch.
 """
 
 from __future__ import annotations
@@ -29,10 +34,11 @@ from perfgate.correctness._compare import (
     pass_metrics,
 )
 from perfgate.correctness._record import ProbeRecord, PromptRecord
-from perfgate.correctness._spec import ProbeSpec, Prompt
+from perfgate.correctness._spec import PADDING_OUTPUT_LEN, ProbeSpec, Prompt
 from perfgate.errors import CorrectnessError
 
 T = TypeVar("T")
+J = TypeVar("J")
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,10 @@ class ProbeOutcome:
     def findings(self) -> list[Finding]:
         return [f for p in self.passes for f in p.findings()]
 
+    def in_flight(self) -> str:
+        """The batch each pass reached, in words (for the summary and failure messages)."""
+        return "requests in flight: " + ", ".join(f"{p.in_flight} at concurrency {p.concurrency}" for p in self.passes)
+
 
 def _worst(name: str, values: list[float]) -> float:
     # NaN (not measured) wins: a pass that measured nothing must not hide behind another.
@@ -65,11 +75,11 @@ def _worst(name: str, values: list[float]) -> float:
     return max(values) if METRICS[name].direction == "lower" else min(values)
 
 
-async def _bounded(limit: int, items: Sequence[Prompt], job: Callable[[Prompt], Awaitable[T]]) -> list[T]:
+async def _bounded(limit: int, items: Sequence[J], job: Callable[[J], Awaitable[T]]) -> list[T]:
     """``job`` of every item, at most ``limit`` in flight, in the items' order."""
     gate = asyncio.Semaphore(limit)
 
-    async def one(item: Prompt) -> T:
+    async def one(item: J) -> T:
         async with gate:
             return await job(item)
 
@@ -129,8 +139,13 @@ async def probe(
     scoring = client.can_score and not spec.no_score_reason
     for c in spec.concurrencies:
         dups = spec.duplicates if c == spec.concurrencies[-1] and c > 1 else 0
-        jobs = [*prompts, *prompts[:dups]]
-        answers: list[list[Position]] = await _bounded(c, jobs, lambda p: _generate(client, p, spec.output_len))
+        padding = [prompts[k % len(prompts)] for k in range(max(0, c - len(prompts) - dups))]
+        pad_len = min(PADDING_OUTPUT_LEN, spec.output_len)
+        jobs = [*((p, spec.output_len) for p in (*prompts, *prompts[:dups])), *((p, pad_len) for p in padding)]
+        client.peak_in_flight()
+        sent = await _bounded(c, jobs, lambda job: _generate(client, *job))
+        in_flight = client.peak_in_flight()
+        answers, pads = sent[: len(sent) - len(padding)], sent[len(sent) - len(padding) :]
         greedy = answers[: len(prompts)]
         if record is None:
             record = ProbeRecord(client.api, c, tuple(PromptRecord.of(i, a) for i, a in enumerate(greedy)))
@@ -147,12 +162,19 @@ async def probe(
                 agreement(ref.prompts[i], answer, score, c, delta_limit=delta_limit, near_tie_nats=spec.near_tie_nats)
             )
             bad += degenerate(i, answer, ref.prompts[i] if reference is not None else None, c)
-        for k in range(dups):
-            found = duplicates_disagree(k, answers[k], answers[len(prompts) + k], c, spec.near_tie_nats)
+        # Each second copy of a prompt in the batch (duplicate or padding) against its first
+        # answer, over the tokens it asked for.
+        copies = [
+            *((k, answers[len(prompts) + k]) for k in range(dups)),
+            *((p.index, a) for p, a in zip(padding, pads, strict=True)),
+        ]
+        for i, copy in copies:
+            found = duplicates_disagree(i, answers[i][: len(copy)], copy, c, spec.near_tie_nats)
             if found is not None:
                 bad.append(found)
         all_findings = [f for a in agreements for f in a.findings] + bad
-        passes.append(PassResult(c, tuple(agreements), tuple(bad), dups, pass_metrics(agreements, all_findings)))
+        metrics = pass_metrics(agreements, all_findings)
+        passes.append(PassResult(c, tuple(agreements), tuple(bad), dups, metrics, len(padding), in_flight))
     assert record is not None  # a spec has at least one concurrency
     label = reference_label if reference is not None else f"this run's own answers at concurrency {record.concurrency}"
     if client.can_score and not scoring:

@@ -103,9 +103,11 @@ class CorrectnessResult:
             return f"correctness probe stopped: {self.error}"
         assert self.verdict is not None
         held = f" ({self.outcome.reference})" if self.outcome is not None else ""
+        batches = f"\n  {self.outcome.in_flight()}" if self.outcome is not None else ""
         return (
             f"correctness probe failed: the server does not compute what its reference did{held}\n  "
             + ("\n  ".join(m.message for m in self.verdict.failures))
+            + batches
             + (f"\n  {self.note}" if self.note.startswith("not recorded") else "")
         )
 
@@ -125,6 +127,8 @@ class CorrectnessResult:
                 {
                     "concurrency": p.concurrency,
                     "duplicates": p.duplicates_sent,
+                    "padding": p.padding_sent,
+                    "in_flight": p.in_flight,
                     "metrics": {k: _json_number(v) for k, v in p.metrics.items()},
                     "prompts": [
                         {

@@ -219,7 +219,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             terminalreporter.write_line(f"baseline: {sw.sweep}: {sw.baseline_note}{recorded}")
     c = summary.correctness
     if c is not None:
-        took = f" in {c.outcome.duration_s:.1f} s" if c.outcome is not None else ""
+        took = f" in {c.outcome.duration_s:.1f} s ({c.outcome.in_flight()})" if c.outcome is not None else ""
         recorded = f" -> {c.baseline_path}" if c.recorded else ""
         terminalreporter.write_line(f"correctness: probe{took}; {c.note or c.error}{recorded}")
     if state.unreported_correctness:

@@ -34,6 +34,10 @@ CORRUPT_ABOVE_BATCH_ENV = "PERFGATE_SIM_CORRUPT_ABOVE_BATCH"
 # The load's answers (not the probe's, which ask for logprobs) rewritten to one token, as a proxy
 # in front of the server could (issue 34): only a check of the load's own answers sees it.
 LOAD_ONE_TOKEN_ENV = "PERFGATE_SIM_LOAD_ONE_TOKEN"
+# Answers that lack what the probe compares (a lying server or proxy): /generate's logprob answers
+# cut to N output tokens, or without output_top_logprobs.
+CUT_ANSWERS_ENV = "PERFGATE_SIM_CUT_ANSWERS"
+NO_TOP_LOGPROBS_ENV = "PERFGATE_SIM_NO_TOP_LOGPROBS"
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 # Passed by the launcher itself: a [server.sim] value would override them and the launcher would
@@ -88,6 +92,8 @@ class SimOptions:
     corrupt_above_batch: int = 0
     nan_logprobs: bool = False
     load_one_token: bool = False
+    cut_answers: int | None = None
+    no_top_logprobs: bool = False
     slow_kernel: SlowKernel = field(default_factory=SlowKernel)
     telemetry_faults: TelemetryFaults = field(default_factory=TelemetryFaults)
 
@@ -278,11 +284,13 @@ class ModelFaults:
     corrupt_above_batch: int = 0
     nan_logprobs: bool = False
     load_one_token: bool = False
+    cut_answers: int | None = None
+    no_top_logprobs: bool = False
 
 
 def model_faults_from_env(environ: os._Environ[str] | dict[str, str]) -> ModelFaults:
-    """PERFGATE_SIM_CORRUPT_RATE, _CORRUPT_ABOVE_BATCH, _NAN_LOGPROBS and _LOAD_ONE_TOKEN; ValueError
-    with a clear message."""
+    """PERFGATE_SIM_CORRUPT_RATE, _CORRUPT_ABOVE_BATCH, _NAN_LOGPROBS, _LOAD_ONE_TOKEN, _CUT_ANSWERS and
+    _NO_TOP_LOGPROBS; ValueError with a clear message."""
     rate_raw = environ.get(CORRUPT_RATE_ENV, "").strip()
     rate = 0.0
     if rate_raw:
@@ -310,7 +318,20 @@ def model_faults_from_env(environ: os._Environ[str] | dict[str, str]) -> ModelFa
             )
     nan = _flag(environ, NAN_LOGPROBS_ENV, "every logprob NaN")
     one_token = _flag(environ, LOAD_ONE_TOKEN_ENV, "every token of the load's answers one id, text X")
-    return ModelFaults(rate, batch, nan, one_token)
+    cut_raw = environ.get(CUT_ANSWERS_ENV, "").strip()
+    cut = None
+    if cut_raw:
+        try:
+            cut = int(cut_raw)
+        except ValueError:
+            cut = -1
+        if not 0 <= cut <= COUNT_MAX:
+            raise ValueError(
+                f"{CUT_ANSWERS_ENV}={cut_raw!r} is not a token count: set it to a whole number from 0 to "
+                f"{COUNT_MAX:,} (/generate logprob answers keep that many output tokens) or unset it."
+            )
+    no_top = _flag(environ, NO_TOP_LOGPROBS_ENV, "/generate answers without output_top_logprobs")
+    return ModelFaults(rate, batch, nan, one_token, cut, no_top)
 
 
 def _flag(environ: os._Environ[str] | dict[str, str], name: str, meaning: str) -> bool:
@@ -395,6 +416,8 @@ def parse_options(argv: Sequence[str], environ: os._Environ[str] | dict[str, str
         corrupt_above_batch=faults.corrupt_above_batch,
         nan_logprobs=faults.nan_logprobs,
         load_one_token=faults.load_one_token,
+        cut_answers=faults.cut_answers,
+        no_top_logprobs=faults.no_top_logprobs,
         slow_kernel=slow_kernel,
         telemetry_faults=telemetry_faults,
         **values,

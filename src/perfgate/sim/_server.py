@@ -327,20 +327,25 @@ class GenerateReq(Req):
             def entry(lp: float | None, token: int) -> list[object]:
                 return [lp, token, None]
 
-            out = self.scored_output[: self.n]
+            opts = self.srv.opts
+            out = self.scored_output[: self.n if opts.cut_answers is None else min(self.n, opts.cut_answers)]
+            ids = [s.token for s in out]
             meta["output_token_logprobs"] = [entry(s.logprob, s.token) for s in out]
             prompt = self._prompt_ids
             if ask.start < len(prompt):
                 first = [entry(None, prompt[0])] if ask.start == 0 else []
                 meta["input_token_logprobs"] = first + [entry(s.logprob, s.token) for s in self.scored_input]
             if ask.top:
-                meta["output_top_logprobs"] = [[entry(lp, t) for t, lp in s.top] for s in out]
+                if not opts.no_top_logprobs:
+                    meta["output_top_logprobs"] = [[entry(lp, t) for t, lp in s.top] for s in out]
                 if ask.start < len(prompt):
                     first_top: list[object] = [None] if ask.start == 0 else []
                     meta["input_top_logprobs"] = first_top + [
                         [entry(lp, t) for t, lp in s.top] for s in self.scored_input
                     ]
-        return {"text": self.text(), "output_ids": self.output_ids(), "meta_info": meta}
+        else:
+            ids = self.output_ids()
+        return {"text": self.text(), "output_ids": ids, "meta_info": meta}
 
     def final_chunks(self, now: float) -> bytes:
         return sse(self.response(now))
