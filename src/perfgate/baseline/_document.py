@@ -44,6 +44,9 @@ class Baseline:
     ``record`` is what a stage keeps beside its numbers (the correctness probe's answers; any
     JSON-able dict, validated by that stage; left out of the file when empty).
     ``source`` is the file it was read from (not stored).
+    ``boots`` labels each repeat with the boot of the server it ran on (``[gate] boots``),
+    counted from 1; None when all ran on one boot, and then the file has no "boots" key, as
+    every baseline recorded before boots existed: those load and gate as one boot.
     """
 
     profile: str
@@ -54,18 +57,23 @@ class Baseline:
     provenance: dict[str, Any] = field(default_factory=dict)
     source: Path | None = field(default=None, compare=False)
     record: dict[str, Any] = field(default_factory=dict)
+    boots: list[int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return ({"record": self.record} if self.record else {}) | {
-            "schema_version": SCHEMA_VERSION,
-            "profile": self.profile,
-            "workload": self.workload,
-            "fingerprint": self.fingerprint.to_dict(),
-            "fingerprint_digest": self.fingerprint.digest,
-            "repeats": [dict(r) for r in self.repeats],
-            "telemetry": self.telemetry,
-            "provenance": self.provenance,
-        }
+        return (
+            ({"record": self.record} if self.record else {})
+            | ({"boots": self.boots} if self.boots else {})
+            | {
+                "schema_version": SCHEMA_VERSION,
+                "profile": self.profile,
+                "workload": self.workload,
+                "fingerprint": self.fingerprint.to_dict(),
+                "fingerprint_digest": self.fingerprint.digest,
+                "repeats": [dict(r) for r in self.repeats],
+                "telemetry": self.telemetry,
+                "provenance": self.provenance,
+            }
+        )
 
     def to_json(self) -> str:
         """Stable text: sorted keys, indent 2, trailing newline. ValueError on NaN/inf."""
@@ -120,11 +128,14 @@ class Baseline:
         for key in ("telemetry", "provenance", "record"):
             if not isinstance(data.get(key, {}), dict):
                 raise TypeError(f"{key} must be an object")
+        fingerprint = Fingerprint.from_dict(data["fingerprint"])
+        repeats = check_repeats(data["repeats"])
         return cls(
             profile=data["profile"],
             workload=data["workload"],
-            fingerprint=Fingerprint.from_dict(data["fingerprint"]),
-            repeats=check_repeats(data["repeats"]),
+            fingerprint=fingerprint,
+            repeats=repeats,
+            boots=check_boots(data.get("boots"), len(repeats)),
             telemetry=dict(data.get("telemetry", {})),
             provenance=dict(data.get("provenance", {})),
             source=source,
@@ -155,6 +166,21 @@ def check_repeats(repeats: Any) -> list[dict[str, float]]:
                 )
         out.append({str(k): float(v) for k, v in r.items()})
     return out
+
+
+def check_boots(boots: Any, n_repeats: int) -> list[int] | None:
+    """The "boots" key: absent (None), or one boot number >= 1 per repeat; ValueError naming the problem."""
+    if boots is None:
+        return None
+    if (
+        not isinstance(boots, list)
+        or len(boots) != n_repeats
+        or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in boots)
+    ):
+        raise ValueError(
+            f"boots must list the boot (a whole number >= 1) of each of the {n_repeats} repeats, got {boots!r}"
+        )
+    return list(boots)
 
 
 def gated_problems(baseline: Baseline, gated: Iterable[str]) -> list[str]:

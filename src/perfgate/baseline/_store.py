@@ -30,7 +30,14 @@ from perfgate import _json
 from perfgate._files import WriteFailed, kind_of, publish, read_named
 from perfgate._json import JSONInputError
 from perfgate._names import file_stem, path_in
-from perfgate.baseline._document import FIX_HINT, Baseline, NewerSchemaError, check_repeats, gated_problems
+from perfgate.baseline._document import (
+    FIX_HINT,
+    Baseline,
+    NewerSchemaError,
+    check_boots,
+    check_repeats,
+    gated_problems,
+)
 from perfgate.baseline._fingerprint import Fingerprint
 from perfgate.errors import BaselineError
 from perfgate.verdict import MetricRule, judge
@@ -247,7 +254,7 @@ class BaselineStore:
         """
         path = self.path_for(baseline.profile, baseline.workload, baseline.fingerprint)
         try:
-            check_repeats(baseline.repeats)
+            check_boots(baseline.boots, len(check_repeats(baseline.repeats)))
         except (TypeError, ValueError) as e:
             raise BaselineError(f"baseline {path}: cannot be saved: {e}") from None
         # What the next read would refuse is never written.
@@ -402,7 +409,9 @@ def _check_writable(folder: Path) -> None:
 
 def _regressions(new: Baseline, old: Baseline, rules: Sequence[MetricRule], alpha: float) -> list[str]:
     relative = [replace(r, floor=None, ceiling=None) for r in rules if r.tolerance is not None]
-    verdict = judge(new.workload, relative, new.repeats, old.repeats, alpha=alpha)
+    verdict = judge(
+        new.workload, relative, new.repeats, old.repeats, alpha=alpha, current_boots=new.boots, baseline_boots=old.boots
+    )
     return [m.message for m in verdict.metrics if m.status == "fail"]
 
 

@@ -113,6 +113,7 @@ _NOT_WITH_AB = {
     "perf_update_baselines": "with --perf-ab, --perf-accept-candidate records B's numbers",
     "perf_base_url": "an A/B boots both variants itself; it cannot attach to a running server",
     "perf_repeats": "each A/B round runs every workload once; set --perf-ab-rounds",
+    "perf_boots": "each A/B round boots both variants afresh; set --perf-ab-rounds",
 }
 
 

@@ -45,6 +45,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="override the profile's repeats per workload",
     )
     group.addoption(
+        "--perf-boots",
+        metavar="N",
+        type=option_type(key_check(GateSpec, "boots")),
+        default=None,
+        help="override the profile's [gate] boots: launch the server N times and judge each boot's median",
+    )
+    group.addoption(
         "--perf-lock-wait",
         metavar="SECONDS",
         type=option_type(seconds),

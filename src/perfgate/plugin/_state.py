@@ -83,6 +83,7 @@ class PluginState:
                 update_baselines=cfg.getoption("perf_update_baselines"),
                 accept_regression=cfg.getoption("perf_accept_regression"),
                 repeats=cfg.getoption("perf_repeats"),
+                boots=cfg.getoption("perf_boots"),
                 lock_wait_s=cfg.getoption("perf_lock_wait"),
                 explain=cfg.getoption("perf_explain"),
             )

@@ -65,6 +65,8 @@ WarmupMode = Literal["requests", "steady"]
 
 MAX_TURNS = 10_000
 MAX_REPEATS = 1_000
+# A boot takes minutes on a GPU host: a hundred is a day's run already.
+MAX_BOOTS = 100
 # One process per core of the largest hosts; concurrency bounds it further.
 MAX_CLIENT_PROCESSES = 1_024
 # Halving a load gap 30 times is below any load's resolution.
@@ -490,6 +492,14 @@ class GateSpec:
 
     # Three repeats let the Mann-Whitney test confirm a drop (benchmarks/detection.py).
     repeats: int = key(integer(1, MAX_REPEATS), "measured repeats per workload; the noise test needs >= 3", default=3)
+    # On a GPU host an unchanged server's speed is set at boot (docs/gpu-noise.md): only boots
+    # replicate that, repeats inside one boot do not.
+    boots: int = key(
+        integer(1, MAX_BOOTS),
+        "launches of the server a record or a gate run measures each workload on ([gate] repeats per boot); "
+        "each boot's median is one sample of the noise test (docs/verdicts.md)",
+        default=1,
+    )
     require_baseline: bool = key(
         boolean, "fail a workload without a baseline for its fingerprint (else: skipped)", default=False
     )

@@ -58,6 +58,24 @@ def _verdict_row(name: str, v: MetricVerdict, recorded: bool, previous: Mapping[
     )
 
 
+def _pct(spread: float | None) -> str:
+    return f"{spread:.1%}" if spread is not None else "-"
+
+
+def _spread_row(name: str, v: MetricVerdict) -> Row:
+    """Under a metric judged by boots: its spreads ((max - min) / median) inside the boots of this
+    run and between them, and between the baseline's boots, which decide whether the tolerance can be held."""
+    return Row(
+        name,
+        f"{v.metric} spread",
+        f"within-boot {_pct(v.within_boot_spread)}, between-boot {_pct(v.between_boot_spread)}",
+        f"between-boot {_pct(v.baseline_between_boot_spread)}",
+        "",
+        "",
+        "info",
+    )
+
+
 def rows(summary: RunSummary) -> list[Row]:
     """The summary table: each workload's gated metrics, the informative ones, failed requests next
     to their allowed rate (a run that failed requests within its allowance still shows them), then
@@ -68,6 +86,8 @@ def rows(summary: RunSummary) -> list[Row]:
         for v in res.verdict.metrics if res.verdict else ():
             gated.add(v.metric)
             out.append(_verdict_row(res.workload, v, res.recorded, res.previous_values))
+            if v.replicate == "boot":
+                out.append(_spread_row(res.workload, v))
         repeats = res.repeat_metrics()
         for metric in SHOWN:
             if metric in gated:

@@ -17,6 +17,8 @@ class SessionOptions:
     update_baselines: bool = False
     accept_regression: str | None = None
     repeats: int | None = None
+    # --perf-boots (None: the profile's [gate] boots).
+    boots: int | None = None
     lock_wait_s: float = 0.0
     # perfgate ab: the session runs the repeats and nothing else (no baseline read or written,
     # nothing judged, no reruns); the A/B judges pairs of sessions itself.

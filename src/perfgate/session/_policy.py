@@ -40,7 +40,13 @@ class GatePolicy:
         self._stack = stack
 
     def repeats_for(self, workload: Workload) -> int:
+        """Repeats per boot."""
         return self.options.repeats or self.profile.repeats_for(workload)
+
+    @property
+    def boots(self) -> int:
+        """Boots each workload is measured on (perfgate ab's rounds are its boots: one here)."""
+        return 1 if self.options.measure_only else self.options.boots or self.profile.gate.boots
 
     def baseline_for(self, name: str, fingerprint: Fingerprint) -> tuple[Baseline | None, str]:
         """The stored baseline of ``name`` for ``fingerprint``, or None and a note on the others that exist."""
@@ -56,8 +62,10 @@ class GatePolicy:
         current: list[dict[str, float]],
         baseline: Baseline | None,
         note: str,
+        current_boots: Sequence[int] | None = None,
     ) -> WorkloadVerdict[MetricVerdict]:
-        """``current`` repeats against ``baseline`` under the profile's [gate] policy."""
+        """``current`` repeats (on ``current_boots``; None: one boot) against ``baseline`` under the
+        profile's [gate] policy."""
         gate = self.profile.gate
         return judge(
             name,
@@ -68,6 +76,8 @@ class GatePolicy:
             require_baseline=gate.require_baseline and not self.options.update_baselines,
             no_baseline_note=note,
             inconclusive=gate.inconclusive,
+            current_boots=current_boots,
+            baseline_boots=baseline.boots if baseline else None,
         )
 
     def decide(
@@ -79,9 +89,10 @@ class GatePolicy:
     ) -> WorkloadVerdict[MetricVerdict]:
         """The verdict after the [gate] policy's extra repeats (``more()`` runs one): a failure is
         confirmed on twice the evidence with ``confirm_on_fail``, and a verdict past its limit but
-        not yet told from noise gets repeats up to ``max_repeats``. None when recording."""
+        not yet told from noise gets repeats up to ``max_repeats``. None when recording, nor with
+        more than one boot: repeats inside a boot cannot shrink the between-boot noise that decides."""
         verdict = verdict_now()
-        if self.options.update_baselines:
+        if self.options.update_baselines or self.boots > 1:
             return verdict
         gate = self.profile.gate
         if gate.confirm_on_fail and verdict.failures and not verdict.inconclusive:

@@ -35,6 +35,7 @@ def record_baseline(
     naming ``accept_option``, the option that gives it).
     """
     values = [r.flat_metrics() if isinstance(r, RepeatResult) else dict(r) for r in repeats]
+    boots = [r.boot if isinstance(r, RepeatResult) else 1 for r in repeats]
     telemetry = {
         f"repeat_{i}": window_json(r.telemetry)
         for i, r in enumerate(repeats, start=1)
@@ -51,6 +52,8 @@ def record_baseline(
         repeats=values,
         telemetry=telemetry,
         provenance=prov,
+        # One boot is stored as before boots existed: no "boots" key.
+        boots=boots if len(set(boots)) > 1 else None,
     )
     return store.save(
         baseline, rules=rules, accept_regression=reason, alpha=profile.gate.alpha, accept_option=accept_option

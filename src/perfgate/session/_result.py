@@ -53,6 +53,8 @@ class RepeatResult:
     max_token_gap_s: float = 0.0
     stalls: list[TokenGap] = field(default_factory=list)
     longest_gap: TokenGap | None = None
+    # Which boot of the server it ran on, counted from 1 per workload ([gate] boots).
+    boot: int = 1
 
     def flat_metrics(self) -> dict[str, float]:
         """Every number of this repeat under its metric name: serving metrics, then telemetry and the server's."""
@@ -157,6 +159,10 @@ class WorkloadResult(Judgement):
     def repeat_metrics(self) -> list[dict[str, float]]:
         """:meth:`RepeatResult.flat_metrics` of every repeat, in order."""
         return [r.flat_metrics() for r in self.repeats]
+
+    def repeat_boots(self) -> list[int]:
+        """The boot each repeat ran on, in order."""
+        return [r.boot for r in self.repeats]
 
     def verdict_medians(self) -> dict[str, float | None]:
         """Median over repeats of every gated metric (None where not measured)."""

@@ -67,6 +67,13 @@ class Session:
         )
         self.stack = ServerStack(profile, options, self._gated_server_metrics)
         self.policy = GatePolicy(profile, options, self.store, self._rules, self._gated_server_metrics, self.stack)
+        boots = self.policy.boots
+        if boots > 1 and options.base_url:
+            raise PerfgateError(
+                f"[gate] boots = {boots} (or --perf-boots) boots the server {boots} times, but --perf-base-url "
+                "attaches to a server perfgate cannot restart: let perfgate launch the server (drop --perf-base-url) "
+                "or set --perf-boots 1"
+            )
         # A ShareGPT file that cannot give the prompts is found before a multi-minute boot.
         for w in profile.workloads:
             check_dataset(w)
@@ -255,10 +262,13 @@ class Session:
         on_progress: Callable[[Progress], None] | None,
         repeat_runner: RepeatRunner,
     ) -> tuple[Callable[[], None], Fingerprint]:
-        """Run the workload's repeats into ``repeats``; return the function that runs one more
-        and the fingerprint the results belong to."""
-        n = self.repeats_for(workload)
-        one_repeat = self.repeat_fn(workload, repeats, on_progress)
+        """Run the workload's repeats into ``repeats`` (on each of [gate] boots); return the function
+        that runs one more and the fingerprint the results belong to."""
+        boots = self.policy.boots
+        n = self.repeats_for(workload) * boots
+        one_repeat = self.stack.repeat_fn(
+            workload, repeats, on_progress, per_boot=self.repeats_for(workload) if boots > 1 else None
+        )
         repeat_runner(one_repeat, n)
         if len(repeats) != n:
             raise PerfgateError(
@@ -279,7 +289,9 @@ class Session:
         baseline, note = self.baseline_for(workload.name, fingerprint)
 
         def verdict_now() -> WorkloadVerdict[MetricVerdict]:
-            return self.judge(workload.name, rules, [r.flat_metrics() for r in repeats], baseline, note)
+            return self.judge(
+                workload.name, rules, [r.flat_metrics() for r in repeats], baseline, note, [r.boot for r in repeats]
+            )
 
         verdict = self.decide(
             verdict_now, lambda: _call_n_times(one_repeat, 1), n, max(self.profile.max_repeats_for(workload), n)
@@ -317,7 +329,13 @@ class Session:
             # The accepted numbers are now the baseline: the tests pass against them, and the
             # summary shows the previous baseline next to them (old -> new).
             result.verdict = judge(
-                workload.name, rules, result.repeat_metrics(), result.repeat_metrics(), alpha=self.profile.gate.alpha
+                workload.name,
+                rules,
+                result.repeat_metrics(),
+                result.repeat_metrics(),
+                alpha=self.profile.gate.alpha,
+                current_boots=result.repeat_boots(),
+                baseline_boots=result.repeat_boots(),
             )
         return result
 
@@ -332,9 +350,11 @@ class Session:
         current: list[dict[str, float]],
         baseline: Baseline | None,
         note: str,
+        current_boots: Sequence[int] | None = None,
     ) -> WorkloadVerdict[MetricVerdict]:
-        """``current`` repeats against ``baseline`` under the profile's [gate] policy."""
-        return self.policy.judge(name, rules, current, baseline, note)
+        """``current`` repeats (on ``current_boots``; None: one boot) against ``baseline`` under the
+        profile's [gate] policy."""
+        return self.policy.judge(name, rules, current, baseline, note, current_boots)
 
     def decide(
         self,

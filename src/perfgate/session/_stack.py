@@ -67,6 +67,8 @@ class ServerStack:
         self.telemetry_note = ""
         self._server_monitor: ServerMonitor | None = None
         self.server_metrics_note = ""
+        # Notes of the servers that were stopped for a new boot ([gate] boots).
+        self._earlier_notes: list[str] = []
 
     def server_summary(self) -> ServerSummary | None:
         """The booted server as plain data (None before a boot)."""
@@ -154,18 +156,40 @@ class ServerStack:
 
     def close(self) -> list[str]:
         self._stack.close()
-        return self._server.notes if self._server else []
+        return self._earlier_notes + (self._server.notes if self._server else [])
+
+    def reboot(self) -> RunningServer:
+        """Stop the launched server and what watches it, and boot it again: the speed a GPU host's
+        server gets is set at boot, so only a new boot is a new sample of it."""
+        self._stack.close()
+        if self._server is not None:
+            self._earlier_notes += self._server.notes
+        self._stack = ExitStack()
+        self._server, self._monitor, self._server_monitor = None, None, None
+        self.telemetry_note = self.server_metrics_note = ""
+        return self.server()
 
     def repeat_fn(
-        self, workload: Workload, repeats: list[RepeatResult], on_progress: Callable[[Progress], None] | None
+        self,
+        workload: Workload,
+        repeats: list[RepeatResult],
+        on_progress: Callable[[Progress], None] | None,
+        per_boot: int | None = None,
     ) -> Callable[[], None]:
         """A function that runs one more measured repeat of ``workload`` and appends it to ``repeats``
-        (the server is booted first if need be; a server that died raises ServerError)."""
-        server = self.server()
-        self._check_server(server, f"before workload {workload.name}")
+        (the server is booted first if need be; a server that died raises ServerError). With
+        ``per_boot``, every ``per_boot`` repeats the server is booted again ([gate] boots) and each
+        repeat is labelled with its boot, counted from 1 for this workload."""
+        self._check_server(self.server(), f"before workload {workload.name}")
 
         def one_repeat() -> None:
-            doing = f"during workload {workload.name} (repeat {len(repeats) + 1})"
+            boot = len(repeats) // per_boot + 1 if per_boot else 1
+            if per_boot and repeats and boot > repeats[-1].boot:
+                self.reboot()
+            server = self.server()
+            doing = f"during workload {workload.name} (repeat {len(repeats) + 1}" + (
+                f", boot {boot})" if per_boot else ")"
+            )
             if self._monitor is not None:
                 # Energy-counter reads bracket the run, so its windows' energy is exact at the edges.
                 self._monitor.mark()
@@ -201,6 +225,7 @@ class ServerStack:
             rep.max_token_gap_s = workload.max_token_gap_s
             rep.stalls = token_gaps(load, workload.max_token_gap_s) if workload.max_token_gap_s else []
             rep.longest_gap = longest_token_gap(load)
+            rep.boot = boot
             repeats.append(rep)
 
         return one_repeat

@@ -11,9 +11,11 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from functools import cache
+from pathlib import Path
 
 from perfgate._limits import COUNT_MAX, FACTOR_MAX, LENGTH_MAX, SECONDS_MAX, SEED_MAX, TOKEN_ID_MAX, VALUE_MAX
 from perfgate.sim._engine import SimConfig
@@ -21,6 +23,10 @@ from perfgate.sim._kernels import SlowKernel, slow_kernel_from_env
 from perfgate.sim._telemetry_faults import TelemetryFaults, telemetry_faults_from_env
 
 SLOWDOWN_ENV = "PERFGATE_SIM_SLOWDOWN"
+# A GPU host's boot-to-boot speed (docs/gpu-noise.md): each boot's speed factor is drawn from
+# [1 - x, 1 + x], afresh at every boot; the seed file makes the draws repeatable for tests.
+BOOT_EFFECT_ENV = "PERFGATE_SIM_BOOT_EFFECT"
+BOOT_SEED_FILE_ENV = "PERFGATE_SIM_BOOT_SEED_FILE"
 # The version the simulator reports as its own ("" = its real one): lets a test play two
 # software stacks (perfgate ab --candidate-python with a wrapper interpreter that sets it).
 VERSION_ENV = "PERFGATE_SIM_VERSION"
@@ -263,6 +269,43 @@ def slowdown_from_env(environ: os._Environ[str] | dict[str, str]) -> float:
     return value
 
 
+def boot_speed_from_env(environ: os._Environ[str] | dict[str, str]) -> float:
+    """This boot's speed factor under PERFGATE_SIM_BOOT_EFFECT (1.0 when unset); ValueError with a clear message.
+
+    With PERFGATE_SIM_BOOT_SEED_FILE the draw is seeded by the whole number in that file (none
+    or an empty file: 0), which is then advanced by one, so that successive boots draw a fixed
+    sequence that still differs from boot to boot.
+    """
+    raw = environ.get(BOOT_EFFECT_ENV, "").strip()
+    if not raw:
+        return 1.0
+    try:
+        effect = float(raw)
+    except ValueError:
+        effect = math.nan
+    if not 0 <= effect < 1:
+        raise ValueError(
+            f"{BOOT_EFFECT_ENV}={raw!r} is not a valid boot effect: set it to a number >= 0 and < 1 such as 0.10 "
+            "(each boot runs 0.9x to 1.1x as fast) or unset it."
+        )
+    seed_file = environ.get(BOOT_SEED_FILE_ENV, "").strip()
+    if not seed_file:
+        return random.uniform(1 - effect, 1 + effect)
+    path = Path(seed_file)
+    try:
+        text = path.read_text().strip() if path.exists() else ""
+        seed = int(text or "0")
+        if not 0 <= seed < SEED_MAX:
+            raise ValueError(f"{seed} is not between 0 and {SEED_MAX - 1}")
+        path.write_text(f"{seed + 1}\n")
+    except (OSError, ValueError) as e:
+        raise ValueError(
+            f"{BOOT_SEED_FILE_ENV}={seed_file!r}: cannot read and advance its seed ({e}); point it at a writable "
+            "file holding a whole number (or none) or unset it."
+        ) from None
+    return random.Random(seed).uniform(1 - effect, 1 + effect)
+
+
 def no_cache_from_env(environ: os._Environ[str] | dict[str, str]) -> bool:
     """PERFGATE_SIM_DISABLE_RADIX_CACHE as a flag; ValueError with a clear message."""
     raw = environ.get(NO_CACHE_ENV, "").strip()
@@ -398,7 +441,8 @@ def parse_options(argv: Sequence[str], environ: os._Environ[str] | dict[str, str
     for name, problem in conflicts(vars(ns)):
         parser.error(f"argument --{name.replace('_', '-')}: {problem}")
     try:
-        slowdown = slowdown_from_env(environ)
+        # A faster boot takes less time per step.
+        slowdown = slowdown_from_env(environ) / boot_speed_from_env(environ)
         no_cache = no_cache_from_env(environ)
         faults = model_faults_from_env(environ)
         slow_kernel = slow_kernel_from_env(environ)

@@ -8,6 +8,14 @@ runs more repeats to decide it). When the repeat counts
 are too small for the test ever to reach ``alpha`` (e.g. 1 repeat, or 2 against 2 at 0.05),
 the tolerance alone decides and the message says that too. Absolute floors and ceilings are
 checked on the median whether or not a baseline exists.
+
+Boots (``[gate] boots``): when either side's repeats come from more than one boot of the server,
+each boot's repeats are collapsed to their median and the boot medians are the samples of the
+test (3 boots against 3 can reach p = 0.05), so the noise the test sees is the between-boot
+noise, which on a GPU host is the larger one (docs/gpu-noise.md). A baseline whose boot medians
+spread (max - min over their median) wider than the tolerance cannot decide it either way: such
+a metric is INCONCLUSIVE unless it FAILS outright, never a pass that depended on which boots ran.
+Repeats without boot labels (``None``: baselines recorded before boots) are one boot.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from perfgate.verdict._rules import MetricRule
 
 Status = Literal["pass", "fail", "inconclusive", "no-baseline", "not-measured"]
 NoiseTest = Literal["mann-whitney", "tolerance-only", "none"]
+Replicate = Literal["repeat", "boot"]
 
 RECORD_HINT = "record one with `pytest perf_tests --perf-update-baselines`"
 
@@ -34,10 +43,14 @@ RECORD_HINT = "record one with `pytest perf_tests --perf-update-baselines`"
 class MetricVerdict:
     """The judgement on one gated metric of one workload.
 
-    ``measured`` and ``baseline`` are medians over repeats, in the metric's unit; ``limit`` is
+    ``measured`` and ``baseline`` are medians over repeats (over boot medians when ``replicate`` is
+    "boot", and then ``n_measured``/``n_baseline`` count boots), in the metric's unit; ``limit`` is
     the bound that failed, or else the one that applies (tolerance boundary, floor or
     ceiling); ``change_pct`` is (measured - baseline) / baseline * 100; ``ok`` is whether this
     verdict lets the gate pass ("no-baseline" is not ok under require_baseline).
+    The spreads are (max - min) / median, as fractions, None where there is one value: inside each
+    boot of this run (the median over its boots), between this run's boot medians, and between the
+    baseline's boot medians.
     """
 
     workload: str
@@ -54,6 +67,10 @@ class MetricVerdict:
     n_measured: int
     n_baseline: int
     message: str
+    replicate: Replicate = "repeat"
+    within_boot_spread: float | None = None
+    between_boot_spread: float | None = None
+    baseline_between_boot_spread: float | None = None
 
 
 class _Judged(Protocol):
@@ -99,6 +116,8 @@ def judge(
     require_baseline: bool = False,
     no_baseline_note: str = "",
     inconclusive: InconclusivePolicy = "fail",
+    current_boots: Sequence[int] | None = None,
+    baseline_boots: Sequence[int] | None = None,
 ) -> WorkloadVerdict[MetricVerdict]:
     """Judge one workload.
 
@@ -106,29 +125,54 @@ def judge(
     no baseline exists for this fingerprint. ``no_baseline_note`` is added to "no-baseline"
     messages, e.g. "a baseline exists for another fingerprint (gpu_count 8 -> 4); not used".
     ``inconclusive`` decides whether an INCONCLUSIVE metric fails the gate ("fail") or not ("warn").
+    ``current_boots`` and ``baseline_boots`` label each repeat with the boot it ran on (None: one boot).
     """
     check_policy(alpha, inconclusive)
+    for repeats, boots, what in ((current, current_boots, "current"), (baseline, baseline_boots, "baseline")):
+        if boots is not None and (repeats is None or len(boots) != len(repeats)):
+            raise ValueError(f"{what}_boots must label each of the {what} repeats with its boot")
     verdicts = tuple(
-        _judge_metric(workload, rule, current, baseline, alpha, require_baseline, no_baseline_note, inconclusive)
+        _judge_metric(
+            workload,
+            rule,
+            _by_boot(current, current_boots, rule.metric),
+            _by_boot(baseline, baseline_boots, rule.metric) if baseline is not None else None,
+            alpha,
+            require_baseline,
+            no_baseline_note,
+            inconclusive,
+        )
         for rule in rules
     )
     return WorkloadVerdict(workload=workload, metrics=verdicts)
 
 
-def _values(repeats: Sequence[Mapping[str, float]], metric: str) -> list[float]:
-    out = []
-    for r in repeats:
+def _by_boot(repeats: Sequence[Mapping[str, float]], boots: Sequence[int] | None, metric: str) -> list[list[float]]:
+    """The finite values of ``metric``, grouped by boot in order of first appearance (empty boots left out)."""
+    groups: dict[int, list[float]] = {}
+    for boot, r in zip(boots if boots is not None else [0] * len(repeats), repeats, strict=True):
         v = r.get(metric)
         if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-            out.append(float(v))
-    return out
+            groups.setdefault(boot, []).append(float(v))
+    return list(groups.values())
+
+
+def _spread(values: Sequence[float]) -> float | None:
+    """(max - min) / |median|: None for fewer than 2 values or a median of 0."""
+    centre = median(values) if len(values) >= 2 else 0.0
+    return (max(values) - min(values)) / abs(centre) if centre else None
+
+
+def _within_boot_spread(boots: Sequence[Sequence[float]]) -> float | None:
+    spreads = [s for s in map(_spread, boots) if s is not None]
+    return median(spreads) if spreads else None
 
 
 def _judge_metric(
     workload: str,
     rule: MetricRule,
-    current: Sequence[Mapping[str, float]],
-    baseline: Sequence[Mapping[str, float]] | None,
+    current: list[list[float]],
+    baseline: list[list[float]] | None,
     alpha: float,
     require_baseline: bool,
     no_baseline_note: str,
@@ -136,14 +180,23 @@ def _judge_metric(
 ) -> MetricVerdict:
     metric, unit = rule.metric, unit_of(rule.metric)
     higher = rule.direction == "higher"
-    vals = _values(current, metric)
-    base_vals = _values(baseline, metric) if baseline is not None else []
+    by_boot = len(current) > 1 or (baseline is not None and len(baseline) > 1)
+    replicate: Replicate = "boot" if by_boot else "repeat"
+    # Inside one boot the repeats are the samples; across boots, each boot's median is one.
+    vals = [median(b) for b in current] if by_boot else [v for b in current for v in b]
+    base_groups = baseline or []
+    base_vals = [median(b) for b in base_groups] if by_boot else [v for b in base_groups for v in b]
+    base_spread = _spread(base_vals) if by_boot else None
     common: dict[str, Any] = {
         "workload": workload,
         "metric": metric,
         "direction": rule.direction,
         "n_measured": len(vals),
         "n_baseline": len(base_vals),
+        "replicate": replicate,
+        "within_boot_spread": _within_boot_spread(current),
+        "between_boot_spread": _spread(vals) if by_boot else None,
+        "baseline_between_boot_spread": base_spread,
     }
     if not vals:
         return MetricVerdict(
@@ -173,10 +226,13 @@ def _judge_metric(
             p_value = mann_whitney_less(good_now, good_base)
             noise_test = "mann-whitney"
             test_note = f"Mann-Whitney p={p_value:.2g}"
+            if by_boot:
+                test_note += f" on {len(vals)} vs {len(base_vals)} boots"
         else:
             noise_test = "tolerance-only"
             test_note = (
-                f"{len(vals)} vs {len(base_vals)} repeats: too few for a noise test at alpha {alpha:g}, tolerance alone"
+                f"{len(vals)} vs {len(base_vals)} {replicate}s: too few for a noise test at alpha {alpha:g}, "
+                "tolerance alone"
             )
     decision = decide(
         rule,
@@ -191,6 +247,11 @@ def _judge_metric(
     ok = decision.ok
     if status == "pass" and rule.tolerance is not None and base is None:
         status, ok = "no-baseline", not require_baseline
+    undecidable = (
+        status != "fail" and rule.tolerance is not None and base_spread is not None and base_spread > rule.tolerance
+    )
+    if undecidable:
+        status, ok = "inconclusive", inconclusive == "warn"
 
     details = []
     if base is not None:
@@ -201,6 +262,8 @@ def _judge_metric(
         details.append(f"tolerance {rule.tolerance * 100:g}%")
     if test_note:
         details.append(test_note)
+    if by_boot:
+        details.append(_spread_text(common))
     detail = f" ({', '.join(details)})" if details else ""
     head = f"{workload}: {metric} {fmt_value(measured, unit)}"
 
@@ -213,6 +276,17 @@ def _judge_metric(
         note = f"; {no_baseline_note}" if no_baseline_note and baseline is None else ""
         consequence = "failing because require_baseline is set" if require_baseline else "not gated against a baseline"
         message = f"{head}: {why}{note}; {consequence}; {RECORD_HINT}"
+    elif undecidable:
+        consequence = (
+            'a warning only ([gate] inconclusive = "warn")' if ok else 'failing unless [gate] inconclusive = "warn"'
+        )
+        message = (
+            f"{head}{detail}: INCONCLUSIVE, the baseline's boots spread {base_spread:.1%} (max - min of their "
+            f"medians over the median), wider than the tolerance {rule.tolerance:.0%}: which boot ran moves this "
+            "metric more than the change the tolerance must catch, so no verdict here holds on the next boot; record "
+            "and gate with more boots ([gate] boots, --perf-boots), widen the tolerance, or gate a workload the GPU "
+            f"bounds rather than one host core; {consequence}"
+        )
     else:
         message = decision_message(
             decision,
@@ -220,8 +294,12 @@ def _judge_metric(
             detail,
             value_text=lambda b: fmt_value(b.value, unit),
             subject=lambda b: "",
-            samples=f"{len(vals)} vs {len(base_vals)} repeats",
-            advice="rerun on a quieter host, with more repeats ([gate] max_repeats)",
+            samples=f"{len(vals)} vs {len(base_vals)} {replicate}s",
+            advice=(
+                "record and gate with more boots ([gate] boots)"
+                if by_boot
+                else "rerun on a quieter host, with more repeats ([gate] max_repeats)"
+            ),
             alpha=alpha,
         )
 
@@ -237,3 +315,17 @@ def _judge_metric(
         noise_test=noise_test,
         message=message,
     )
+
+
+def _spread_text(common: Mapping[str, Any]) -> str:
+    """The spreads of a by-boot verdict, for its message."""
+    parts = [
+        f"{label} {value:.1%}"
+        for label, value in (
+            ("within-boot spread", common["within_boot_spread"]),
+            ("between-boot", common["between_boot_spread"]),
+            ("baseline between-boot", common["baseline_between_boot_spread"]),
+        )
+        if value is not None
+    ]
+    return ", ".join(parts) if parts else "one value per side: no spread"
