@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -194,6 +195,7 @@ def test_record_pass_and_catch_a_slower_configuration(release: Release, recorded
         assert list(autotune["hook"]["patched_in"].values()) == ["sglang::scheduler"]
         # 0.5.12's kernel_warmup returns before the decision on a non-CUDA device.
         assert autotune["hook"]["decisions"] == []
+    check_host_bound(doc, recorded.run.stdout.str())
     # The probe's reference and the reference profiles (explain/) are not workload baselines.
     files = sorted(
         f for f in baselines.rglob("*.json") if not f.name.startswith("correctness--") and f.parent.name != "explain"
@@ -240,6 +242,29 @@ def test_record_pass_and_catch_a_slower_configuration(release: Release, recorded
 # Releases whose CPU engine profiles itself (read in 0.5.23's scheduler_components/profiler_manager.py:
 # torch.profiler with ProfilerActivity.CPU; 0.5.12 not checked).
 EXPLAINED = ("0.5.23",)
+
+
+def check_host_bound(doc: dict, out: str) -> None:
+    """The host-CPU check reads SGLang's own process titles (setproctitle: ``sglang::scheduler``,
+    ``_TP0`` and such appended on more ranks; ``sglang::detokenizer``) and their CPU per repeat; a
+    CPU engine's scheduler runs the model on the host, so it is host-bound by nature, with no GPU
+    telemetry to say otherwise (the profile's [telemetry] source = "none")."""
+    assert doc["host_cpu_note"] == "", doc["host_cpu_note"]
+    host = doc["server"]["host"]
+    assert host["cpu"] and host["cpu_governor"], host
+    assert any(k.split(" ", 1)[1].startswith("sglang::scheduler") for k in host["affinity"]), host
+    for entry in doc["workloads"]:
+        for rep in entry["repeats"]:
+            titles = {p["title"]: p["cpu_share"] for p in rep["host_cpu"]["processes"]}
+            scheduler = [share for title, share in titles.items() if title.startswith("sglang::scheduler")]
+            assert len(scheduler) == 1 and scheduler[0] is not None and scheduler[0] > 0, titles
+            assert "sglang::detokenizer" in titles, titles
+        assert re.search(
+            rf"{entry['workload']}: host-bound: server process sglang::scheduler\S* \(pid \d+\) ran at \d+% of a "
+            r"core while GPU busy not measured: this run measures the host CPU, not the GPU stack "
+            r"\([123] of 3 repeats\)",
+            out,
+        ), out[-4000:]
 
 
 def check_explained(baselines: Path, results: Path, out: str) -> None:

@@ -183,6 +183,8 @@ def _header(summary: RunSummary) -> list[str]:
         lines.append(f"server metrics: {summary.server_metrics_url}{note}")
     elif summary.server_metrics_note:
         lines.append(f"server metrics: {summary.server_metrics_note}")
+    if summary.host_cpu_note:
+        lines.append(f"host CPU: {summary.host_cpu_note}")
     return lines
 
 
@@ -207,6 +209,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for res in summary.workloads:
         for note in dict.fromkeys(note for rep in res.repeats for note in rep.notes()):
             terminalreporter.write_line(f"note: {res.workload}: {note}")
+        host_bound = res.host_bound_summary()
+        if host_bound:
+            terminalreporter.write_line(f"{res.workload}: {host_bound}")
         if res.baseline_note:
             recorded = f" -> {res.baseline_path}" if res.recorded else ""
             terminalreporter.write_line(f"baseline: {res.workload}: {res.baseline_note}{recorded}")

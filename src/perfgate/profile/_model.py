@@ -58,6 +58,7 @@ Tokenize = Literal["approximate", "server"]
 CapacityStat = Literal["median", "p90", "p95", "p99"]
 SweepAxis = Literal["concurrency", "request_rate"]
 InconclusivePolicy = Literal["fail", "warn"]
+HostBound = Literal["note", "invalid"]
 ProbeApi = Literal["auto", "sglang", "openai-completions", "openai-chat"]
 # Kinds whose API the correctness probe is sure to speak (SGLang's /generate with logprobs).
 PROBED_BY_DEFAULT = ("sglang", "simulator")
@@ -339,6 +340,18 @@ class Workload:
         "longest the client may see no token at all while requests are in flight in the measured phase; "
         "a longer stall (JIT compile, CUDA-graph capture, a host-side pause) makes the repeat invalid; 0: not checked",
         default=0.0,
+    )
+    host_bound: HostBound = key(
+        choice(*get_args(HostBound)),
+        "what a measured phase in which a launched server's process ran at >= host_bound_cpu_share of a core while "
+        'the GPUs were under 90 % busy (or not measured) does: "note" names it in the summary, "invalid" makes '
+        "the run invalid (its numbers are the host CPU's speed, not the GPU stack's)",
+        default="note",
+    )
+    host_bound_cpu_share: float = key(
+        open_ratio,
+        "the share of one core over the measured phase at which a server process is the host-bound one",
+        default=0.95,
     )
     backend: Backend = key(
         choice(*get_args(Backend)),

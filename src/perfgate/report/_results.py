@@ -118,6 +118,11 @@ def repeat_json(rep: RepeatResult, *, stream_requests: bool = False) -> dict[str
             if rep.server is not None
             else {"not_measured": rep.server_note}
         ),
+        "host_cpu": (
+            {**plain(rep.host_cpu), "host_bound": rep.host_bound}
+            if rep.host_cpu is not None
+            else {"not_checked": rep.host_cpu_note}
+        ),
         "requests": _Requests(records) if stream_requests else [_request_json(r) for r in records],
     }
 
@@ -191,6 +196,7 @@ def results_document(summary: RunSummary, *, stream_requests: bool = False) -> d
         "gpus": plain(list(summary.gpus)),
         "telemetry_note": summary.telemetry_note,
         "server_metrics": {"url": summary.server_metrics_url, "note": summary.server_metrics_note},
+        "host_cpu_note": summary.host_cpu_note,
         "workloads": [_workload_json(r, summary.rules.get(r.workload, ()), stream_requests) for r in summary.workloads],
         "sweeps": [_sweep_json(s, summary.rules.get(s.sweep, ())) for s in summary.sweeps],
         "correctness": summary.correctness.to_json() if summary.correctness else None,
@@ -206,6 +212,8 @@ def markdown_summary(summary: RunSummary) -> str:
         lines.append("")
     lines.append(render_markdown(rows(summary)))
     for res in summary.workloads:
+        if host_bound := res.host_bound_summary():
+            lines += ["", f"**{res.workload}**: {host_bound}"]
         if res.explain is not None:
             lines += ["", f"**{res.workload}** ({res.explain.excluded}):", "", "```", *res.explain.lines(), "```"]
     for name, err in summary.failures.items():

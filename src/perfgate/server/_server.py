@@ -50,6 +50,9 @@ class RunningServer:
     version_source: str = ""
     # The environment perfgate added to the server's (profile env, autotune hook).
     env: dict[str, str] = field(default_factory=dict)
+    # The host its processes ran on: CPU model, cpufreq governor, each process's CPU affinity
+    # (filled by the session, which reads the processes).
+    host: dict[str, Any] = field(default_factory=dict)
 
     @property
     def is_sglang(self) -> bool:
@@ -110,6 +113,7 @@ class RunningServer:
             "env": self.env,
             "autotune": self.autotune,
             "server_info": self.info,
+            "host": self.host,
         }
 
 

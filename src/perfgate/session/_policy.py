@@ -163,6 +163,8 @@ class GatePolicy:
                 why = r.server_note or "the server's /metrics does not report it"
                 reasons.append(f"repeat {i}: gated {', '.join(missing)} not measured ({why})")
             reasons += [f"repeat {i}: {why}" for why in self._unmeasured_telemetry(workload, r, values)]
+            if r.host_bound and workload.host_bound == "invalid":
+                reasons.append(f'repeat {i}: {r.host_bound} (host_bound = "invalid")')
         return reasons
 
     def _unmeasured_telemetry(self, workload: Workload, repeat: RepeatResult, values: Mapping[str, float]) -> list[str]:

@@ -11,7 +11,7 @@ from perfgate.baseline import Fingerprint
 from perfgate.explain import ExplainResult
 from perfgate.load import LoadRun
 from perfgate.metrics import ServingMetrics, TokenGap
-from perfgate.telemetry import ServerWindow, TelemetryWindow
+from perfgate.telemetry import HostCpuWindow, ServerWindow, TelemetryWindow
 from perfgate.verdict import MetricVerdict, WorkloadVerdict
 
 # Server- and client-counted output tokens differing by more than this are worth a note.
@@ -55,6 +55,12 @@ class RepeatResult:
     longest_gap: TokenGap | None = None
     # Which boot of the server it ran on, counted from 1 per workload ([gate] boots).
     boot: int = 1
+    # The CPU of the launched server's processes over the measured phase; None when not checked
+    # (host_cpu_note says why). host_bound: the line naming a server process that held a core while
+    # the GPUs waited ("" when none did).
+    host_cpu: HostCpuWindow | None = None
+    host_cpu_note: str = ""
+    host_bound: str = ""
 
     def flat_metrics(self) -> dict[str, float]:
         """Every number of this repeat under its metric name: serving metrics, then telemetry and the server's."""
@@ -120,6 +126,11 @@ class RepeatResult:
         return self.metrics.values.get("total_output_tokens", 0.0)
 
 
+def _busiest_share(rep: RepeatResult) -> float:
+    busiest = rep.host_cpu.busiest() if rep.host_cpu is not None else None
+    return (busiest.cpu_share or 0.0) if busiest is not None else 0.0
+
+
 @dataclass(kw_only=True)
 class Judgement:
     """What the gate made of a workload or a sweep: validity, verdict and what it did with the baseline.
@@ -163,6 +174,15 @@ class WorkloadResult(Judgement):
     def repeat_boots(self) -> list[int]:
         """The boot each repeat ran on, in order."""
         return [r.boot for r in self.repeats]
+
+    def host_bound_summary(self) -> str:
+        """One line for the summary: the repeat whose server process held a core the longest while
+        the GPUs waited, and in how many repeats one did ("" when none did)."""
+        found = [rep for rep in self.repeats if rep.host_bound]
+        if not found:
+            return ""
+        worst = max(found, key=_busiest_share)
+        return f"{worst.host_bound} ({len(found)} of {len(self.repeats)} repeats)"
 
     def verdict_medians(self) -> dict[str, float | None]:
         """Median over repeats of every gated metric (None where not measured)."""

@@ -147,6 +147,7 @@ class Session:
             telemetry_note=self.telemetry_note,
             server_metrics_url=self.stack.server_metrics_url,
             server_metrics_note=self.server_metrics_note,
+            host_cpu_note=self.stack.host_cpu_note,
             workloads=tuple(self.results.values()),
             sweeps=tuple(self.sweep_results.values()),
             rules={name: tuple(rules) for name, rules in self._rules.items()}

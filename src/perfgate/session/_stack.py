@@ -9,7 +9,7 @@ from dataclasses import asdict
 
 from perfgate.baseline import Fingerprint, fingerprint_for
 from perfgate.errors import LoadError, PerfgateError, TelemetryError
-from perfgate.gpu import Hardware, host_without_gpus
+from perfgate.gpu import Hardware, cpu_description, host_without_gpus
 from perfgate.load import ClientLimits, LoadRun, Progress, run_workload
 from perfgate.metrics import ServingMetrics, compute_metrics, longest_token_gap, token_gaps
 from perfgate.profile import Profile, Workload
@@ -17,20 +17,35 @@ from perfgate.server import EXIT_GRACE_S, RunningServer, ServerConfig, server_co
 from perfgate.session._options import SessionOptions
 from perfgate.session._result import RepeatResult
 from perfgate.session._summary import ServerSummary
-from perfgate.telemetry import GpuIdentity, Monitor, NotMeasured, ServerMonitor, open_monitor, open_server_monitor
+from perfgate.telemetry import (
+    GpuIdentity,
+    HostCpuSampler,
+    Monitor,
+    NotMeasured,
+    ServerMonitor,
+    TreeReading,
+    cpu_governors,
+    host_bound_finding,
+    open_host_sampler,
+    open_monitor,
+    open_server_monitor,
+    process_affinity,
+)
 
 
-def _scraping_at_warmup_end(
-    scraper: ServerMonitor | None, on_progress: Callable[[Progress], None] | None
+def _marking_warmup_end(
+    at_end: Sequence[Callable[[], None]], on_progress: Callable[[Progress], None] | None
 ) -> Callable[[Progress], None] | None:
-    """``on_progress``, also scraping the server's counters when the warmup's last request is done:
-    that reading holds the warmup and nothing of the measured phase."""
-    if scraper is None:
+    """``on_progress``, also calling each of ``at_end`` when the warmup's last request is done
+    (scraping the server's counters, reading its processes' CPU): those readings hold the warmup
+    and nothing of the measured phase."""
+    if not at_end:
         return on_progress
 
     def progress(p: Progress) -> None:
         if p.warmup and p.done == p.total:
-            scraper.scrape_now()
+            for mark in at_end:
+                mark()
         if on_progress is not None:
             on_progress(p)
 
@@ -69,6 +84,8 @@ class ServerStack:
         self.server_metrics_note = ""
         # Notes of the servers that were stopped for a new boot ([gate] boots).
         self._earlier_notes: list[str] = []
+        self._host: HostCpuSampler | None = None
+        self.host_cpu_note = ""
 
     def server_summary(self) -> ServerSummary | None:
         """The booted server as plain data (None before a boot)."""
@@ -114,6 +131,7 @@ class ServerStack:
 
     def _open_telemetry(self, server: RunningServer) -> None:
         self._open_server_metrics(server)
+        self._open_host_cpu(server)
         spec = self.profile.telemetry
         monitor = open_monitor(spec, gpus=server.telemetry_gpus, base_url=server.base_url)
         if isinstance(monitor, NotMeasured):
@@ -127,6 +145,21 @@ class ServerStack:
         monitor.start()
         self._stack.callback(monitor.stop)
         self._monitor = monitor
+
+    def _open_host_cpu(self, server: RunningServer) -> None:
+        """Start reading the server's processes' CPU, and record the host they run on."""
+        server.host = {"cpu": cpu_description(), "cpu_governor": cpu_governors() or "not exposed (no cpufreq)"}
+        if server.process is None:
+            self.host_cpu_note = (
+                "not checked: the server was not launched by perfgate (attached), its processes are not read"
+            )
+            return
+        try:
+            self._host = open_host_sampler(server.process.pid)
+        except TelemetryError as e:
+            self.host_cpu_note = f"not checked: {e}"
+            return
+        server.host["affinity"] = process_affinity(self._host)
 
     def _open_server_metrics(self, server: RunningServer) -> None:
         spec = self.profile.telemetry
@@ -165,8 +198,8 @@ class ServerStack:
         if self._server is not None:
             self._earlier_notes += self._server.notes
         self._stack = ExitStack()
-        self._server, self._monitor, self._server_monitor = None, None, None
-        self.telemetry_note = self.server_metrics_note = ""
+        self._server, self._monitor, self._server_monitor, self._host = None, None, None, None
+        self.telemetry_note = self.server_metrics_note = self.host_cpu_note = ""
         return self.server()
 
     def repeat_fn(
@@ -196,6 +229,13 @@ class ServerStack:
             scraper = self._server_monitor
             if scraper is not None:
                 scraper.scrape_now()
+            at_warmup_end: list[Callable[[], None]] = [scraper.scrape_now] if scraper is not None else []
+            host = self._host
+            host_edges: list[TreeReading] = []
+            if host is not None:
+                # A warmup's end replaces this reading: the measured phase starts there.
+                host_edges.append(host.read())
+                at_warmup_end.append(lambda: host_edges.append(host.read()))
             try:
                 load = run_workload(
                     server.base_url,
@@ -206,7 +246,7 @@ class ServerStack:
                     limits=ClientLimits(
                         self.profile.gate.client_max_lag_p99_ms, self.profile.gate.client_max_cpu_share
                     ),
-                    on_progress=_scraping_at_warmup_end(scraper, on_progress),
+                    on_progress=_marking_warmup_end(at_warmup_end, on_progress),
                     repeat=len(repeats),
                     keep_alive=self.profile.server.keep_alive,
                 )
@@ -216,12 +256,19 @@ class ServerStack:
                 raise
             if self._monitor is not None:
                 self._monitor.mark()
+            if host is not None:
+                host_edges.append(host.read())
             lost = any(r.error.startswith(_CONNECTION_LOST) for r in load.records)
             self._check_server(server, f"{doing}: {_failed_summary(load)}", failures=lost)
             metrics = compute_metrics(
                 load, target_concurrency=min(workload.concurrency, workload.num_prompts), slo=workload.slo
             )
             rep = self._with_telemetry(load, metrics)
+            rep.host_cpu_note = self.host_cpu_note
+            if host is not None:
+                rep.host_cpu = host.window(host_edges[-2], host_edges[-1])
+                busy = rep.telemetry.metrics().get("util_gpu_mean_pct") if rep.telemetry is not None else None
+                rep.host_bound = host_bound_finding(rep.host_cpu, busy, workload.host_bound_cpu_share)
             rep.max_token_gap_s = workload.max_token_gap_s
             rep.stalls = token_gaps(load, workload.max_token_gap_s) if workload.max_token_gap_s else []
             rep.longest_gap = longest_token_gap(load)

@@ -35,8 +35,9 @@ class RunSummary:
     ``rules`` per workload and sweep, ``error_rates`` (allowed failed-request share) per workload;
     ``power_source``: where GPU power came from ("" when it was not measured, and
     ``telemetry_note`` says why); ``server_metrics_url``: where the server's own metrics were
-    read ("" when they were not, and ``server_metrics_note`` says why); ``notes``: what the
-    baseline store and the teardown reported.
+    read ("" when they were not, and ``server_metrics_note`` says why); ``host_cpu_note``: why the
+    server's processes' CPU was not checked ("" when it was); ``notes``: what the baseline store
+    and the teardown reported.
     """
 
     profile_name: str
@@ -52,6 +53,7 @@ class RunSummary:
     teardown_notes: tuple[str, ...] = ()
     server_metrics_url: str = ""
     server_metrics_note: str = ""
+    host_cpu_note: str = ""
     sweeps: tuple[SweepResult, ...] = ()
     correctness: CorrectnessResult | None = None
     """The correctness probe (None: the server never booted)."""

@@ -33,6 +33,7 @@ from perfgate.sim._kernels import Profiler
 from perfgate.sim._metrics import ServerMetrics
 from perfgate.sim._model import Scored, ToyModel
 from perfgate.sim._options import SimOptions
+from perfgate.sim._spin import Spinner
 
 VERSION = "0.5.23+perfgate-sim"
 READY_LINE = "The server is fired up and ready to roll!"
@@ -620,6 +621,7 @@ class SimServer:
         self.truth = _Truth()
         self.gpus = make_gpus(opts.gpus, opts.gpu_name, opts.power_limit_w, opts.idle_gpus, opts.seed)
         self.power = PowerModel(opts.idle_power_w, opts.full_power_w, time.monotonic())
+        self.spinner = Spinner() if opts.spin_process else None
         self.rid_prefix = uuid.UUID(int=random.Random(f"perfgate-sim-rid-{opts.seed}").getrandbits(128)).hex[:24]
         self.fault_rng = random.Random(f"perfgate-sim-faults-{opts.seed}")
         self.reqs: dict[int, Req] = {}
@@ -653,6 +655,8 @@ class SimServer:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.spinner is not None:
+            self.spinner.close()
 
     async def _warmup(self) -> None:
         opts = self.opts
@@ -682,6 +686,11 @@ class SimServer:
             sys.stderr.flush()
             os._exit(70)
 
+    def _set_busy(self, busy: bool, now_s: float) -> None:
+        self.power.set_busy(busy, now_s)
+        if self.spinner is not None:
+            self.spinner.set_busy(busy)
+
     async def _run_engine(self) -> None:
         engine = self.engine
         loop = asyncio.get_running_loop()
@@ -693,7 +702,7 @@ class SimServer:
                 deadline = -math.inf  # the stall is not owed to the next step
             step = engine.step()
             if step is None:
-                self.power.set_busy(False, time.monotonic())
+                self._set_busy(False, time.monotonic())
                 self._idle.set()
                 self._wake.clear()
                 await self._wake.wait()
@@ -708,7 +717,7 @@ class SimServer:
                     self.lost_s += start - deadline
                 deadline = start
             if step.duration_s > 0:
-                self.power.set_busy(True, start)
+                self._set_busy(True, start)
             deadline += step.duration_s
             self.steps += 1
             profiler = self.profiler
