@@ -55,7 +55,7 @@ WORKLOAD = "c8-in32-out64"
 # busiest process of the simulator's tree, so these cases ask only a twentieth of a core of it.
 LOOSE_BOUND = "host_bound_cpu_share = 0.05"
 FINDING = (
-    rf"{WORKLOAD}: host-bound: server process sim::scheduler -m perfgate\.sim\._spin \d+ \(pid \d+\) ran at "
+    rf"{WORKLOAD}: host-bound: server process sim::scheduler -I \S+_spin\.py \d+ \(pid \d+\) ran at "
     r"\d+% of a core while GPU busy not measured: this run measures the host CPU, not the GPU stack"
 )
 

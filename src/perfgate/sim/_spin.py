@@ -2,7 +2,7 @@
 process, that spins at 100 % of a core while the engine has work, as SGLang's scheduler does on a
 host too slow for its GPU. perfgate's host-CPU check must name it.
 
-``python -m perfgate.sim._spin FD`` is the child: it blocks on its pipe while idle and polls it
+``python -I .../perfgate/sim/_spin.py FD`` is the child: it blocks on its pipe while idle and polls it
 without sleeping (the spin) while busy; the pipe's end (the simulator gone) ends it.
 """
 
@@ -21,9 +21,11 @@ class Spinner:
 
     def __init__(self) -> None:
         read_fd, self._write_fd = os.pipe()
-        # argv[0] is the title ps and /proc/<pid>/cmdline show (setproctitle's effect, without it).
+        # argv[0] is the title ps and /proc/<pid>/cmdline show (setproctitle's effect, without it). Python
+        # finds its venv from argv[0], so under this title it would not find perfgate: the child runs this
+        # file (standard library only), isolated (-I: no script folder on sys.path to shadow a module).
         self._child = subprocess.Popen(
-            [TITLE, "-m", "perfgate.sim._spin", str(read_fd)], executable=sys.executable, pass_fds=(read_fd,)
+            [TITLE, "-I", __file__, str(read_fd)], executable=sys.executable, pass_fds=(read_fd,)
         )
         os.close(read_fd)
         self._busy = False
