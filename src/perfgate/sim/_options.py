@@ -314,15 +314,7 @@ def boot_speed_from_env(environ: os._Environ[str] | dict[str, str]) -> float:
 
 def no_cache_from_env(environ: os._Environ[str] | dict[str, str]) -> bool:
     """PERFGATE_SIM_DISABLE_RADIX_CACHE as a flag; ValueError with a clear message."""
-    raw = environ.get(NO_CACHE_ENV, "").strip()
-    if not raw:
-        return False
-    try:
-        return _parse_bool(raw)
-    except ValueError:
-        raise ValueError(
-            f"{NO_CACHE_ENV}={raw!r} is not true or false: set it to 1 (no prefix cache) or unset it."
-        ) from None
+    return _flag(environ, NO_CACHE_ENV, "no prefix cache")
 
 
 @dataclass(frozen=True)
@@ -352,35 +344,32 @@ def model_faults_from_env(environ: os._Environ[str] | dict[str, str]) -> ModelFa
                 f"{CORRUPT_RATE_ENV}={rate_raw!r} is not a share of tokens: set it to a number from 0 to 1 "
                 "such as 0.05 (5% of output tokens wrong) or unset it."
             )
-    batch_raw = environ.get(CORRUPT_ABOVE_BATCH_ENV, "").strip()
-    batch = 0
-    if batch_raw:
-        try:
-            batch = int(batch_raw)
-        except ValueError:
-            batch = -1
-        if not 1 <= batch <= COUNT_MAX:
-            raise ValueError(
-                f"{CORRUPT_ABOVE_BATCH_ENV}={batch_raw!r} is not a batch size: set it to a whole number from 1 to "
-                f"{COUNT_MAX:,} "
-                "(tokens computed while more requests run are corrupted) or unset it."
-            )
+    batch = _count(
+        environ, CORRUPT_ABOVE_BATCH_ENV, 1, "batch size", "tokens computed while more requests run are corrupted"
+    )
     nan = _flag(environ, NAN_LOGPROBS_ENV, "every logprob NaN")
     one_token = _flag(environ, LOAD_ONE_TOKEN_ENV, "every token of the load's answers one id, text X")
-    cut_raw = environ.get(CUT_ANSWERS_ENV, "").strip()
-    cut = None
-    if cut_raw:
-        try:
-            cut = int(cut_raw)
-        except ValueError:
-            cut = -1
-        if not 0 <= cut <= COUNT_MAX:
-            raise ValueError(
-                f"{CUT_ANSWERS_ENV}={cut_raw!r} is not a token count: set it to a whole number from 0 to "
-                f"{COUNT_MAX:,} (/generate logprob answers keep that many output tokens) or unset it."
-            )
+    cut = _count(environ, CUT_ANSWERS_ENV, 0, "token count", "/generate logprob answers keep that many output tokens")
     no_top = _flag(environ, NO_TOP_LOGPROBS_ENV, "/generate answers without output_top_logprobs")
-    return ModelFaults(rate, batch, nan, one_token, cut, no_top)
+    return ModelFaults(rate, batch or 0, nan, one_token, cut, no_top)
+
+
+def _count(environ: os._Environ[str] | dict[str, str], name: str, low: int, what: str, meaning: str) -> int | None:
+    """Environment variable ``name`` as a whole number from ``low`` to COUNT_MAX (unset: None);
+    ValueError with a clear message."""
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = low - 1
+    if not low <= value <= COUNT_MAX:
+        raise ValueError(
+            f"{name}={raw!r} is not a {what}: set it to a whole number from {low} to {COUNT_MAX:,} ({meaning}) "
+            "or unset it."
+        )
+    return value
 
 
 def _flag(environ: os._Environ[str] | dict[str, str], name: str, meaning: str) -> bool:
