@@ -9,7 +9,6 @@ import asyncio
 from collections.abc import Sequence
 
 from perfgate.correctness import Position, ProbeSpec, Prompt, judge_probe, probe
-from perfgate.correctness._spec import PADDING_OUTPUT_LEN
 
 SPEC = ProbeSpec(
     prompts=8,
@@ -29,14 +28,14 @@ def _right(prompt: Prompt, i: int) -> int:
 
 
 class _Batched:
-    """A model whose greedy tokens are wrong in batches above ``wrong_above``; ``wrong_when``
-    picks which requests of such a batch (by the number of tokens they ask for)."""
+    """A model whose greedy tokens are wrong in batches above ``wrong_above``; ``wrong_from``
+    picks which requests of such a batch: those started after the first ``wrong_from``."""
 
     api = "sglang"
     can_score = True
 
-    def __init__(self, wrong_above: int, wrong_when: int | None = None) -> None:
-        self.wrong_above, self.wrong_when = wrong_above, wrong_when
+    def __init__(self, wrong_above: int, wrong_from: int = 0) -> None:
+        self.wrong_above, self.wrong_from = wrong_above, wrong_from
         self.in_flight = self.peak = 0
         self.asked: list[int] = []
 
@@ -47,11 +46,12 @@ class _Batched:
     async def generate(self, prompt: Prompt, n: int) -> list[Position]:
         self.in_flight += 1
         self.asked.append(n)
+        started = len(self.asked)
         await asyncio.sleep(0)  # every request of the pass starts before any answers
         batch = self.peak = max(self.peak, self.in_flight)
         await asyncio.sleep(0)
         self.in_flight -= 1
-        wrong = batch > self.wrong_above and self.wrong_when in (None, n)
+        wrong = batch > self.wrong_above and started > self.wrong_from
         out = []
         for i in range(n):
             right = _right(prompt, i)
@@ -70,14 +70,14 @@ class _Batched:
         pass
 
 
-def test_the_high_pass_is_padded_to_its_concurrency_with_short_requests() -> None:
+def test_the_high_pass_is_padded_to_its_concurrency_for_the_whole_answer() -> None:
     client = _Batched(wrong_above=10_000)
     outcome = asyncio.run(probe(client, SPEC))
     low, high = outcome.passes
     assert (low.in_flight, low.padding_sent) == (8, 0)
     assert (high.in_flight, high.padding_sent, high.duplicates_sent) == (64, 54, 2)
-    # The padding asks for a few tokens each, not the prompts' 32.
-    assert client.asked.count(PADDING_OUTPUT_LEN) == 54 and len(client.asked) == 8 + 64
+    # The padding asks for as many tokens as the prompts: the batch holds for their whole answers.
+    assert client.asked == [32] * (8 + 64)
     assert outcome.in_flight() == "requests in flight: 8 at concurrency 8, 64 at concurrency 64"
     assert judge_probe(outcome).passed
 
@@ -92,8 +92,9 @@ def test_a_fault_only_above_the_probes_own_requests_fails_at_the_workload_batch(
 
 
 def test_padding_answers_are_checked_against_their_prompts_answers() -> None:
-    # Only the short requests of a big batch are wrong: the prompts' own answers are right.
-    outcome = asyncio.run(probe(_Batched(wrong_above=36, wrong_when=PADDING_OUTPUT_LEN), SPEC))
+    # Only the padding of the big batch is wrong (sent after the low pass's 8 and the high pass's
+    # 8 prompts + 2 duplicates): the prompts' own answers are right.
+    outcome = asyncio.run(probe(_Batched(wrong_above=36, wrong_from=8 + 10), SPEC))
     found = outcome.findings()
     assert found and {f.metric for f in found} == {"correctness_batch_disagreements"}
     assert outcome.passes[-1].metrics["correctness_batch_disagreements"] == 54

@@ -311,7 +311,7 @@ def duplicates_disagree(
 @dataclass(frozen=True)
 class PassResult:
     """One concurrency's pass: per prompt agreement, the degenerate findings, and its metrics;
-    ``padding_sent``: short copies of the prompts that filled the batch up to the concurrency;
+    ``padding_sent``: copies of the prompts that filled the batch up to the concurrency;
     ``in_flight``: the most of its requests sent and not yet answered at once (the batch reached)."""
 
     concurrency: int

@@ -17,10 +17,6 @@ DEFAULT_ID_RANGE = (1000, 30000)
 # The low pass's concurrency: a few requests share each step, so the pass takes seconds where one
 # at a time takes the whole output length per prompt (~17 s for 32 x 64 tokens on sim-glm5).
 LOW_CONCURRENCY = 8
-# Output tokens of the requests that pad a pass up to its concurrency: enough decode steps at the
-# full batch to be compared with the prompts' answers, far fewer than a prompt's. On the
-# default profile 8 kept 1,021 of 1,024 at the server at once, and cost ~2 s less than 16.
-PADDING_OUTPUT_LEN = 8
 # Top tokens asked for at every position: the runner-up tells a near-tie from a real change.
 TOP_LOGPROBS = 2
 
