@@ -204,15 +204,33 @@ def test_concurrent_ensure_builds_once_and_identically_to_another_process(tmp_pa
     assert _digests(entry) == before
 
 
+WEAK = {"hidden_size": 64, "num_heads": 1, "num_layers": 1}
+
+
 def test_a_model_whose_ban_is_too_weak_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from perfgate.testing import _tinymodel
 
-    # No real shape fails the check cheaply; demanding an impossible gap exercises the refusal.
-    monkeypatch.setattr(_tinymodel, "_MIN_BAN_GAP", 1000.0)
-    with pytest.raises(PerfgateError, match=r"banned tokens are only \d+\.\d logits below allowed ones"):
-        ensure_tiny_model(tmp_path / "cache", hidden_size=64, num_heads=1, num_layers=1)
+    # The shapes whose ban is weak at the smallest constant are 4096 wide and more (hidden 4096 x
+    # 16 layers: a gap of 41 at 100, fp32): too big for a unit test. A constant far too small for
+    # this small one (0.01: gap 3.6) weakens its ban the same way.
+    monkeypatch.setattr(_tinymodel, "_BAN_CHANNEL_VALUES", (0.01,))
+    with pytest.raises(
+        PerfgateError,
+        match=r"banned tokens are only 3\.\d logits below allowed ones \(need 10; ban channel constant "
+        r"tried: 3\.\d at 0\.01\)",
+    ):
+        ensure_tiny_model(tmp_path / "cache", **WEAK)
     # Nothing half-built is left where a later call would find it.
     assert [p.name for p in (tmp_path / "cache").iterdir()] == [next((tmp_path / "cache").glob(".*.lock")).name]
+
+
+def test_a_weak_ban_is_raised_until_the_gap_holds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from perfgate.testing import _tinymodel
+
+    monkeypatch.setattr(_tinymodel, "_BAN_CHANNEL_VALUES", (0.01, 100.0))
+    built = load_file(str(build_tiny_model(tmp_path / "m", **WEAK) / "model.safetensors"))
+    # The second constant is the one saved, in every token's embedding.
+    assert set(built["model.embed_tokens.weight"][:, 0].tolist()) == {100.0}
 
 
 def _teacher_forced_logprobs(model_dir: Path, ids: torch.Tensor) -> torch.Tensor:

@@ -24,7 +24,10 @@ def test_presets_have_the_documented_shapes() -> None:
     moe = resolve_spec("gpu-moe")
     assert (moe.hidden_size, moe.num_layers, moe.num_experts, moe.experts_per_token) == (2048, 16, 8, 2)
     assert (moe.intermediate_size, moe.dtype, moe.family, gpu.family) == (1408, "bfloat16", "mixtral", "llama")
-    assert set(SIZES) == {"tiny", "gpu", "gpu-moe"}
+    big = resolve_spec("gpu-8b")
+    assert (big.hidden_size, big.num_layers, big.num_heads, big.intermediate_size) == (4096, 32, 32, 14336)
+    assert (big.dtype, big.family) == ("bfloat16", "llama")
+    assert set(SIZES) == {"tiny", "gpu", "gpu-8b", "gpu-moe"}
 
 
 def test_explicit_fields_override_the_preset() -> None:
