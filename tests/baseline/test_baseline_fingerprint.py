@@ -85,3 +85,17 @@ def test_dict_round_trip(gpu: str, count: int, limit: float | None, driver: str,
     data = json.loads(json.dumps(fp.to_dict()))
     back = Fingerprint.from_dict(data)
     assert back == fp and back.digest == fp.digest
+
+
+def test_a_pinned_server_is_another_fingerprint_and_unpinned_ones_keep_their_digest() -> None:
+    pinned = make(cpu_affinity="3,0-2")
+    assert pinned.cpu_affinity == "0-3" and pinned == make(cpu_affinity="0-3")
+    assert pinned.digest != make().digest != make(cpu_affinity="0-7").digest
+    # Not set: left out of the stored form, so every baseline recorded before the key still matches.
+    assert "cpu_affinity" not in make().to_dict() and make(cpu_affinity="").digest == make().digest
+    assert pinned.to_dict()["cpu_affinity"] == "0-3"
+    assert Fingerprint.from_dict(json.loads(json.dumps(pinned.to_dict()))) == pinned
+    # Either side may lack it: the difference is still named, whichever way it runs.
+    assert make().describe_difference(pinned) == "cpu_affinity '' -> '0-3'"
+    assert pinned.describe_difference(make()) == "cpu_affinity '0-3' -> ''"
+    assert pinned.describe_difference(make(cpu_affinity="0-7")) == "cpu_affinity '0-3' -> '0-7'"

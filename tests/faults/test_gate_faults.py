@@ -8,6 +8,7 @@ the baselines are byte-identical unless the case records one.
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import socket
@@ -51,8 +52,13 @@ def no_traceback(out: str) -> None:
             {"server": 'ready_path = "/nope"'},
             "answered HTTP 404 (Not Found) on every probe: the server has no such path; set [server] ready_path",
         ),
+        # Refused before the launch: a placement the kernel would refuse the server anyway.
+        (
+            {"server": 'cpu_affinity = "65535"'},
+            "[server] cpu_affinity = '65535': CPU 65535 is not among the CPUs perfgate may run on",
+        ),
     ],
-    ids=["crash", "hang", "bad-flag", "ready-path-404"],
+    ids=["crash", "hang", "bad-flag", "ready-path-404", "cpu-not-allowed"],
 )
 def test_boot_failure_is_shown_once_in_full(gate: Gate, parts: dict[str, str], message: str) -> None:
     before = gate.baseline_bytes()
@@ -339,6 +345,23 @@ def test_inconclusive_as_a_warning_passes_and_says_so(gate: Gate) -> None:
 
 
 # -- servers other than SGLang ----------------------------------------------------------------
+
+
+def test_a_pinned_server_is_recorded_and_is_another_fingerprint(gate: Gate) -> None:
+    cpu = str(min(os.sched_getaffinity(0)))
+    recorded = gate.run("--perf-update-baselines", server=f'cpu_affinity = "{cpu}"')
+    assert recorded.ret == 0, recorded.out[-3000:]
+    (path,) = workload_baselines(gate.baselines)
+    doc = json.loads(path.read_text())
+    assert doc["fingerprint"]["cpu_affinity"] == cpu
+    server = doc["provenance"]["server"]
+    assert server["cpu_affinity"] == cpu
+    # Every process of the server's group, as read while it ran, was where the profile put it.
+    assert server["host"]["affinity"] and set(server["host"]["affinity"].values()) == {cpu}
+    # The same server unpinned is not compared with the pinned one's numbers, and is told why.
+    unpinned = gate.run()
+    assert unpinned.ret == 0, unpinned.out[-3000:]
+    assert f"cpu_affinity '{cpu}' -> ''" in unpinned.out, unpinned.out[-3000:]
 
 
 def test_command_server_provenance_and_fingerprint(gate: Gate) -> None:

@@ -127,3 +127,51 @@ def test_integer_keys_accept_exactly_the_valid_range(concurrency, prompts):
     else:
         with pytest.raises(ProfileError):
             parse(text)
+
+
+def with_affinity(value: str, kind: str = 'kind = "simulator"') -> str:
+    return MINIMAL.replace('kind = "simulator"', f"{kind}\ncpu_affinity = {value}")
+
+
+@pytest.mark.parametrize(
+    ("value", "held"),
+    [('""', ""), ('"0"', "0"), ('"0-7"', "0-7"), ('"0,2,4-6"', "0,2,4-6"), ('" 6,0-1, 1,2 "', "0-2,6")],
+)
+def test_cpu_affinity_is_held_in_the_kernels_cpulist_form(value, held):
+    assert parse(with_affinity(value)).server.cpu_affinity == held
+    assert parse(MINIMAL).server.cpu_affinity == ""
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ('"7-0"', "'7-0' runs backwards; write 0-7, got '7-0'"),
+        ('"-1"', "'-1' is negative or a range without a start; CPUs are numbered from 0"),
+        ('"0,,2"', "'0,,2' has an empty entry"),
+        ('"0-"', "'0-' is a range without an end"),
+        ('"cpu0"', "'cpu0' is not a CPU number or a range a-b of them"),
+        ('" "', "it names no CPU"),
+        ('"0-4294967296"', "names a CPU above 65,535"),
+        ("3", 'or "" to inherit perfgate\'s, got 3'),
+        ("[0, 1]", "got [0, 1]"),
+    ],
+)
+def test_a_bad_cpu_affinity_names_file_key_problem_and_syntax(value, why):
+    with pytest.raises(ProfileError) as exc:
+        parse(with_affinity(value))
+    msg = str(exc.value)
+    assert msg.startswith("profile profiles/x.toml: [server] key 'cpu_affinity': expected a CPU list such as ")
+    assert '"0-7" or "0,2,4-6" (the `taskset -c` syntax)' in msg and why in msg
+    assert "\n" not in msg
+
+
+def test_cpu_affinity_is_refused_for_an_attached_server():
+    attach = 'kind = "attach"\nbase_url = "http://127.0.0.1:1"'
+    assert parse(with_affinity('""', attach)).server.kind == "attach"
+    with pytest.raises(ProfileError) as exc:
+        parse(with_affinity('"0-3"', attach))
+    assert str(exc.value) == (
+        "profile profiles/x.toml: [server] key 'cpu_affinity': kind = \"attach\" connects to a server perfgate did "
+        "not start, so perfgate cannot place it on CPUs; remove cpu_affinity and pin the server where it is started "
+        "(e.g. taskset -c 0-7 ...)"
+    )

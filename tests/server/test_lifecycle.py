@@ -13,13 +13,17 @@ import time
 import uuid
 from contextlib import ExitStack
 from dataclasses import replace
+from pathlib import Path
 
 import httpx
 import pytest
 
+from perfgate._cpus import format_cpu_list
 from perfgate.errors import ServerError
 from perfgate.profile import ServerSpec
 from perfgate.server import build_command, start_server
+from perfgate.server._process import group_members
+from perfgate.telemetry import open_host_sampler, process_affinity
 from tests.support import processes_with, sim_spec
 
 
@@ -186,6 +190,13 @@ def test_attach_uses_the_same_readiness_and_provenance(tmp_path):
             )
         assert attached.kind == "attach" and attached.process is None
         assert attached.info == booted.info
+        # --perf-base-url with a profile that pins its server: said, not applied, not recorded as applied.
+        with ExitStack() as stack:
+            pinned = start_server(
+                replace(spec, cpu_affinity="0"), log_dir=tmp_path, stack=stack, base_url=booted.base_url
+            )
+        assert pinned.provenance()["cpu_affinity"] == ""
+        assert any("cpu_affinity 0 not applied: --perf-base-url attaches" in n for n in pinned.notes)
         # Attaching never stops the server it did not start.
         assert httpx.get(booted.base_url + "/health").status_code == 200
 
@@ -219,3 +230,79 @@ def test_crash_mid_run_fails_requests_with_reasons_and_leaves_nothing(tmp_path):
     errors = [r.error for r in run.records if r.error]
     assert errors and all(e.startswith(("truncated stream", "connection error")) for e in errors)
     assert processes_with(marker) == []
+
+
+# A stand-in server that starts a child of its own, as SGLang starts its scheduler and detokenizer.
+_WITH_CHILD = (
+    "import subprocess, sys, http.server;"
+    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', sys.argv[2] + '-child']);"
+    "http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), http.server.SimpleHTTPRequestHandler).serve_forever()"
+)
+
+
+def _allowed_list(pid: int) -> str:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return re.search(r"^Cpus_allowed_list:\s*(\S+)$", status, re.M).group(1)
+
+
+def test_cpu_affinity_places_the_server_and_every_process_it_starts(tmp_path):
+    own = os.sched_getaffinity(0)
+    cpu = min(own)
+    marker = f"pinned-{uuid.uuid4().hex[:8]}"
+    spec = replace(
+        sim_spec(), kind="command", sim={}, command=("{python}", "-c", _WITH_CHILD, "{port}", marker), ready_path="/"
+    )
+    with ExitStack() as stack:
+        server = start_server(replace(spec, cpu_affinity=str(cpu)), log_dir=tmp_path, stack=stack)
+        pids = processes_with(marker)
+        # The server, its child, and perfgate's watchdog (which names the server's command).
+        assert len(pids) == 3 and any(f"{marker}-child" in Path(f"/proc/{p}/cmdline").read_text() for p in pids)
+        for pid in pids:
+            assert os.sched_getaffinity(pid) == {cpu}, pid
+            assert _allowed_list(pid) == str(cpu), pid
+        assert server.provenance()["cpu_affinity"] == str(cpu)
+        # What the host record reads off the processes says the same.
+        sampler = open_host_sampler(server.process.pid)
+        assert set(process_affinity(sampler).values()) == {str(cpu)}
+        # Set in the child between fork and exec: perfgate itself stays where it was.
+        assert os.sched_getaffinity(0) == own
+    assert processes_with(marker) == []
+
+
+def test_a_simulator_and_its_engine_process_run_where_cpu_affinity_says(tmp_path):
+    # The other end from the command server's case: a CPU other than 0 where there is one.
+    cpu = max(os.sched_getaffinity(0))
+    spec, marker = marked(spin_process=True)
+    with ExitStack() as stack:
+        server = start_server(replace(spec, cpu_affinity=str(cpu)), log_dir=tmp_path, stack=stack)
+        group = group_members(server.process.pid)
+        # The simulator, its engine's process and the watchdog: the whole group.
+        assert len(group) >= 3
+        elsewhere = {pid: cpus for pid in group if (cpus := os.sched_getaffinity(pid)) != {cpu}}
+        assert elsewhere == {}
+    assert processes_with(marker) == []
+
+
+def test_unpinned_servers_inherit_perfgates_cpus(tmp_path):
+    spec, marker = marked()
+    with ExitStack() as stack:
+        server = start_server(spec, log_dir=tmp_path, stack=stack)
+        assert os.sched_getaffinity(server.process.pid) == os.sched_getaffinity(0)
+        assert server.provenance()["cpu_affinity"] == ""
+    assert processes_with(marker) == []
+
+
+def test_a_cpu_perfgate_may_not_use_is_refused_before_anything_starts(tmp_path):
+    allowed = os.sched_getaffinity(0)
+    outside = max(allowed) + 1
+    spec, marker = marked()
+    shown = format_cpu_list(allowed)
+    with pytest.raises(ServerError) as exc, ExitStack() as stack:
+        start_server(replace(spec, cpu_affinity=f"0-{outside}"), log_dir=tmp_path / "logs", stack=stack)
+    assert str(exc.value) == (
+        f"[server] cpu_affinity = '0-{outside}': CPU {format_cpu_list(set(range(outside + 1)) - allowed)} "
+        f"{'is' if len(set(range(outside + 1)) - allowed) == 1 else 'are'} not among the CPUs perfgate may run on "
+        f"({shown}), so the server cannot be placed there; list only those, or start perfgate with a wider "
+        "affinity (taskset, the container's cpuset)"
+    )
+    assert processes_with(marker) == [] and not (tmp_path / "logs").exists()

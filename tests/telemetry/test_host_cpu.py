@@ -19,7 +19,7 @@ from perfgate.telemetry import (
     host_bound_finding,
     open_host_sampler,
 )
-from perfgate.telemetry._host import _cpu_list, parse_stat, process_tree, scan
+from perfgate.telemetry._host import parse_stat, process_tree, scan
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -160,9 +160,8 @@ def test_no_finding_when_no_process_held_a_core_or_the_gpus_were_busy(shares, gp
     assert host_bound_finding(window(*shares), gpu_busy_pct, 0.95) == ""
 
 
-def test_cpu_lists_and_governors(tmp_path):
-    assert _cpu_list({0, 1, 2, 5, 7, 8}) == "0-2,5,7-8"
-    assert _cpu_list(set()) == ""
+def test_cpu_governors(tmp_path):
+    # The affinity's CPU lists: tests/test_cpus.py.
     assert cpu_governors(tmp_path) == ""
     for cpu, governor in ((0, "performance"), (1, "powersave"), (2, "performance")):
         d = tmp_path / f"cpu{cpu}" / "cpufreq"

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from perfgate._cpus import format_cpu_list, parse_cpu_list
 from perfgate.baseline._args import normalize_args
 from perfgate.profile import Workload
 
@@ -27,7 +28,10 @@ class Fingerprint:
     ``server_args`` is already normalized (see :func:`normalize_args`); ``workload`` is
     :meth:`Workload.spec`. ``cpu`` describes the host's processor where no GPU serves (e.g.
     "AMD EPYC 9654 96-Core Processor x2"); "" on GPU hosts, where it is left out of the
-    canonical form so GPU fingerprints keep their digests.
+    canonical form so GPU fingerprints keep their digests. ``cpu_affinity`` is ``[server]
+    cpu_affinity`` in the kernel's cpulist form ("0-7"): where the server's processes may run changes
+    how fast its host side is, so a pinned server is not compared with an unpinned one; "" (not
+    set) is left out of the canonical form, so fingerprints from before the key keep their digests.
     """
 
     gpu_model: str
@@ -39,6 +43,7 @@ class Fingerprint:
     server_args: tuple[str, ...]
     workload: Mapping[str, Any] = field(default_factory=dict)
     cpu: str = ""
+    cpu_affinity: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -53,20 +58,23 @@ class Fingerprint:
         }
         if self.cpu:
             out["cpu"] = self.cpu
+        if self.cpu_affinity:
+            out["cpu_affinity"] = self.cpu_affinity
         return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Fingerprint:
         """Inverse of :meth:`to_dict`; raises KeyError/TypeError/ValueError on a bad shape."""
         expected = {f.name for f in fields(cls)}
-        optional = {"cpu"}
+        optional = {"cpu", "cpu_affinity"}
         if not expected - optional <= set(data) <= expected:
             missing = sorted(expected - optional - set(data))
             extra = sorted(set(data) - expected)
             raise ValueError(f"fingerprint fields differ (missing {missing}, unexpected {extra})")
-        cpu = data.get("cpu", "")
-        if not isinstance(cpu, str):
-            raise TypeError(f"cpu must be a string, got {cpu!r}")
+        cpu, cpu_affinity = data.get("cpu", ""), data.get("cpu_affinity", "")
+        for name, value in (("cpu", cpu), ("cpu_affinity", cpu_affinity)):
+            if not isinstance(value, str):
+                raise TypeError(f"{name} must be a string, got {value!r}")
         limit = data["power_limit_w"]
         if not (limit is None or (isinstance(limit, int) and not isinstance(limit, bool))):
             raise TypeError(f"power_limit_w must be an integer or null, got {limit!r}")
@@ -90,6 +98,7 @@ class Fingerprint:
             server_args=tuple(args),
             workload=dict(data["workload"]),
             cpu=cpu,
+            cpu_affinity=cpu_affinity,
         )
 
     def canonical_json(self) -> str:
@@ -114,9 +123,11 @@ class Fingerprint:
         return hash(self.canonical_json())
 
     def differences(self, other: Fingerprint) -> list[tuple[str, Any, Any]]:
-        """(field, self's value, other's value) for every field that differs."""
+        """(field, self's value, other's value) for every field that differs (a field left out of one's
+        canonical form, ``cpu`` or ``cpu_affinity``, is "" there)."""
         mine, theirs = self.to_dict(), other.to_dict()
-        return [(k, mine[k], theirs[k]) for k in mine if mine[k] != theirs[k]]
+        names = [*mine, *(k for k in theirs if k not in mine)]
+        return [(k, mine.get(k, ""), theirs.get(k, "")) for k in names if mine.get(k, "") != theirs.get(k, "")]
 
     def describe_difference(self, other: Fingerprint) -> str:
         """One line such as ``gpu_count 8 -> 4, server_args --tp-size=8 -> --tp-size=4`` (self -> other;
@@ -156,11 +167,13 @@ def fingerprint_for(
     workload: Workload | Mapping[str, Any],
     flag_aliases: Mapping[str, str] | None = None,
     cpu: str = "",
+    cpu_affinity: str = "",
 ) -> Fingerprint:
     """Build a fingerprint from raw facts: rounds the limit, cuts the driver to its major
     version, normalizes the args (``flag_aliases``: the server's short options -> long names)
     and takes the workload's spec. Runs of spaces in the GPU model name collapse to one
-    ("NVIDIA  H100" == "NVIDIA H100")."""
+    ("NVIDIA  H100" == "NVIDIA H100"). ``cpu_affinity`` (a cpulist) is kept in its normal form
+    ("1,0" == "0-1")."""
     limit = None if power_limit_w is None or not math.isfinite(power_limit_w) else round(power_limit_w)
     spec = workload.spec() if isinstance(workload, Workload) else dict(workload)
     return Fingerprint(
@@ -173,4 +186,5 @@ def fingerprint_for(
         server_args=normalize_args(server_args, flag_aliases),
         workload=spec,
         cpu=" ".join(cpu.split()),
+        cpu_affinity=format_cpu_list(parse_cpu_list(cpu_affinity)) if cpu_affinity else "",
     )

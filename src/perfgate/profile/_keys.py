@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from perfgate._cpus import format_cpu_list, parse_cpu_list
 from perfgate._limits import (
     FACTOR_MAX,
     RATE_MAX,
@@ -378,6 +379,24 @@ def _gpu_list(v: Any) -> tuple[int | str, ...]:
 gpu_list = Check(
     "list of integers or strings", 'NVML indices >= 0, UUIDs (`"GPU-..."`) or PCI bus ids; no repeats', _gpu_list
 )
+
+
+_CPU_LIST = 'a CPU list such as "0-7" or "0,2,4-6" (the `taskset -c` syntax), or "" to inherit perfgate\'s'
+
+
+def _cpu_list(v: Any) -> str:
+    if not isinstance(v, str):
+        raise Bad(_CPU_LIST)
+    if v == "":
+        return ""
+    try:
+        return format_cpu_list(parse_cpu_list(v))
+    except ValueError as e:
+        raise Bad(f"{_CPU_LIST}; {e}") from None
+
+
+cpu_list = Check("string", 'CPU numbers and ranges: `"0-7"`, `"0,2,4-6"`; `""` = not set', _cpu_list)
+"""A set of CPUs, held in the one written form (``" 2,0-1"`` -> ``"0-2"``)."""
 
 
 def _id_range(v: Any) -> tuple[int, int]:

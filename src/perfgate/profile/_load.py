@@ -491,6 +491,13 @@ def _check_server(ctx: _Ctx, server: ServerSpec) -> None:
             "command",
             'kind = "command" needs an argv template, e.g. ["vllm", "serve", "{model}", "--port", "{port}"]',
         )
+    if server.kind == "attach" and server.cpu_affinity:
+        raise ctx.fail(
+            "[server]",
+            "cpu_affinity",
+            'kind = "attach" connects to a server perfgate did not start, so perfgate cannot place it on CPUs; '
+            "remove cpu_affinity and pin the server where it is started (e.g. taskset -c 0-7 ...)",
+        )
     if server.kind != "simulator" and server.sim:
         raise ctx.fail("[server]", "sim", f'simulator options only apply to kind = "simulator", not {server.kind!r}')
     _check_sim(ctx, server.sim)

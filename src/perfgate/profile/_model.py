@@ -14,6 +14,7 @@ from perfgate._limits import COUNT_MAX, FACTOR_MAX, LENGTH_MAX, SECONDS_MAX, SEE
 from perfgate.profile._keys import (
     boolean,
     choice,
+    cpu_list,
     factor,
     gpu_list,
     id_range,
@@ -98,6 +99,13 @@ class ServerSpec:
     startup_timeout_s: float = key(positive_seconds, "seconds to wait for the server to become ready", default=900.0)
     shutdown_timeout_s: float = key(
         positive_seconds, "seconds from SIGTERM to killing the server's process group", default=60.0
+    )
+    cpu_affinity: str = key(
+        cpu_list,
+        "CPUs the launched server and all its processes may run on (set before exec, inherited by its "
+        'children); each must be one perfgate may run on. "" = perfgate\'s own. Part of the fingerprint; '
+        'not for kind = "attach"',
+        default="",
     )
     # SGLang often lives in its own venv.
     python: str = key(

@@ -203,8 +203,10 @@ def launch(
     log_path: Path,
     cwd: Path | None = None,
     redactor: Redactor | None = None,
+    cpus: frozenset[int] = frozenset(),
 ) -> ServerProcess:
-    """Start ``argv`` in its own process group with stdout+stderr appended to ``log_path``.
+    """Start ``argv`` in its own process group with stdout+stderr appended to ``log_path``; with
+    ``cpus``, the group (the server, every process it starts, the watchdog) runs on those CPUs only.
 
     While the run knows secrets (the process's registry), the output goes through a pipe and every secret is
     replaced before it reaches the log (servers log their arguments, keys included); otherwise
@@ -216,7 +218,7 @@ def launch(
     # Both ends close on exec (PEP 446): only the watchdog is handed the read end.
     watch_r, watch_w = os.pipe()
     # PDEATHSIG fires when the forking *thread* ends: only the main thread lives as long as perfgate.
-    bind = _Binding(watch_r, shown, pdeathsig=threading.current_thread() is threading.main_thread())
+    bind = _Binding(watch_r, shown, pdeathsig=threading.current_thread() is threading.main_thread(), cpus=cpus)
     try:
         with log_path.open("ab") as log:
             try:
@@ -230,8 +232,10 @@ def launch(
                     preexec_fn=bind,
                 )
             except (OSError, subprocess.SubprocessError) as e:
+                # An error between fork and exec reaches here as "Exception occurred in preexec_fn."
+                check = "python / command" + (" / cpu_affinity" if cpus else "")
                 raise ServerError(
-                    f"cannot start server command {redactor.text(argv[0])!r}: {e} (check [server] python / command)"
+                    f"cannot start server command {redactor.text(argv[0])!r}: {e} (check [server] {check})"
                 ) from None
     except BaseException:
         # No server: the watchdog, if it started, sees the pipe close and exits with its group.
@@ -253,11 +257,13 @@ class _Binding:
     """Runs in the server's process between fork and exec: binds it to perfgate.
 
     Makes it the leader of a new process group (in perfgate's session: see the module's
-    docstring), forks the watchdog into that group, and sets the leader's PDEATHSIG.
+    docstring), restricts it to ``cpus`` (when given; every process it starts inherits that),
+    forks the watchdog into that group, and sets the leader's PDEATHSIG.
     """
 
-    def __init__(self, watch_r: int, shown: list[str], *, pdeathsig: bool) -> None:
+    def __init__(self, watch_r: int, shown: list[str], *, pdeathsig: bool, cpus: frozenset[int] = frozenset()) -> None:
         self.watch_r = watch_r
+        self.cpus = cpus
         self.argv = [sys.executable, "-c", _WATCHDOG, str(watch_r), "perfgate-watchdog", *shown]
         self.parent = os.getpid()
         # Loaded before the fork: the child between fork and exec should not open libraries.
@@ -267,6 +273,9 @@ class _Binding:
         # Not start_new_session: that would also make a new scheduling group. Not process_group=0:
         # Python 3.10 lacks it.
         os.setpgid(0, 0)
+        # Before the watchdog's fork and the exec: everything in the group inherits the placement.
+        if self.cpus:
+            os.sched_setaffinity(0, self.cpus)
         if self.prctl is not None:
             self.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             # perfgate died before prctl took effect: nobody would ever send the signal.

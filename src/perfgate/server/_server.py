@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from perfgate._cpus import format_cpu_list, parse_cpu_list
 from perfgate._redact import SECRETS
 from perfgate.errors import ServerError
 from perfgate.gpu import Hardware
@@ -53,6 +54,9 @@ class RunningServer:
     # The host its processes ran on: CPU model, cpufreq governor, each process's CPU affinity
     # (filled by the session, which reads the processes).
     host: dict[str, Any] = field(default_factory=dict)
+    # [server] cpu_affinity as perfgate applied it, in the kernel's cpulist form ("" = not set:
+    # perfgate's own placement, or an attached server).
+    cpu_affinity: str = ""
 
     @property
     def is_sglang(self) -> bool:
@@ -111,6 +115,7 @@ class RunningServer:
             "versions": self.versions,
             "version_source": self.version_source,
             "env": self.env,
+            "cpu_affinity": self.cpu_affinity,
             "autotune": self.autotune,
             "server_info": self.info,
             "host": self.host,
@@ -181,6 +186,30 @@ def _sim_flags(spec: ServerSpec) -> list[str]:
 
 def _has_flag(args: tuple[str, ...], *names: str) -> bool:
     return any(a == n or a.startswith(n + "=") for a in args for n in names)
+
+
+def _placement(spec: ServerSpec) -> frozenset[int]:
+    """The CPUs ``[server] cpu_affinity`` places a launched server on (empty: not set). ServerError,
+    before anything starts, when it names a CPU perfgate itself may not run on (the server could
+    not be placed there) or cannot be read."""
+    if not spec.cpu_affinity:
+        return frozenset()
+    try:
+        cpus = parse_cpu_list(spec.cpu_affinity)
+    except ValueError as e:
+        raise ServerError(f"[server] cpu_affinity {spec.cpu_affinity!r}: {e}") from None
+    if not hasattr(os, "sched_setaffinity"):
+        raise ServerError(f"[server] cpu_affinity needs Linux's sched_setaffinity, which {sys.platform} lacks")
+    allowed = os.sched_getaffinity(0)
+    missing = cpus - allowed
+    if missing:
+        raise ServerError(
+            f"[server] cpu_affinity = {spec.cpu_affinity!r}: CPU {format_cpu_list(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not among the CPUs perfgate may run on "
+            f"({format_cpu_list(allowed)}), so the server cannot be placed there; list only those, or start "
+            "perfgate with a wider affinity (taskset, the container's cpuset)"
+        )
+    return cpus
 
 
 def build_command(spec: ServerSpec, port: int, keys: ServerKeys | None = None) -> tuple[list[str], dict[str, str]]:
@@ -293,12 +322,18 @@ def start_server(
             connect_timeout_s=spec.connect_timeout_s,
         )
         server = RunningServer("attach", attach_url, spec.model_path, [], None, boot_s, spec.gpus)
+        if spec.cpu_affinity:
+            server.notes.append(
+                f"[server] cpu_affinity {spec.cpu_affinity} not applied: --perf-base-url attaches to a running "
+                "server, which runs where it was started"
+            )
     else:
+        cpus = _placement(spec)
         if spec.gpus and spec.kind in ("sglang", "command"):
             hold_gpus(spec.gpus, stack, lock_wait_s)
         if spec.port:
             _check_port_free(spec.host, spec.port)
-        server, pre, env = _launch(spec, keys, log_dir, stack)
+        server, pre, env = _launch(spec, keys, log_dir, stack, cpus)
     _read_provenance(server, spec, keys.headers(), redactor)
     if pre is not None and server.process is not None:
         server.versions.update(pre.versions)
@@ -308,11 +343,11 @@ def start_server(
 
 
 def _launch(
-    spec: ServerSpec, keys: ServerKeys, log_dir: Path, stack: ExitStack
+    spec: ServerSpec, keys: ServerKeys, log_dir: Path, stack: ExitStack, cpus: frozenset[int]
 ) -> tuple[RunningServer, SGLangPreflight | None, dict[str, str]]:
-    """Launch ``spec`` and wait until it is ready: the server, SGLang's preflight and the server's
-    environment. On a port perfgate picked, relaunch on another when the server died because
-    something bound that port first."""
+    """Launch ``spec`` (on ``cpus``, when given) and wait until it is ready: the server, SGLang's
+    preflight and the server's environment. On a port perfgate picked, relaunch on another when the
+    server died because something bound that port first."""
     port = spec.port or _pick_port(spec)
     argv, extra_env = build_command(spec, port, keys)
     env = {**os.environ, **extra_env}
@@ -326,7 +361,7 @@ def _launch(
     taken: list[int] = []
     while True:
         log_path = log_dir / f"server-{spec.kind}-{port}.log"
-        proc = launch(argv, env, log_path, redactor=keys.redactor)
+        proc = launch(argv, env, log_path, redactor=keys.redactor, cpus=cpus)
         server = RunningServer(
             spec.kind,
             f"http://{spec.host}:{port}",
@@ -337,6 +372,7 @@ def _launch(
             spec.gpus,
             process=proc,
             env=keys.redactor.env(extra_env),
+            cpu_affinity=format_cpu_list(cpus),
         )
         stack.callback(_stop, server, spec)
         try:

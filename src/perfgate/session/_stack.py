@@ -335,5 +335,7 @@ class ServerStack:
             server_args=config.args,
             flag_aliases=config.flag_aliases,
             workload=spec,
+            # Placement changes the host side's speed: pinned and unpinned runs are not compared.
+            cpu_affinity=self.profile.server.cpu_affinity,
             **asdict(self.hardware()),
         )

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from perfgate._cpus import format_cpu_list
 from perfgate.errors import TelemetryError
 
 PROC = Path("/proc")
@@ -199,17 +200,6 @@ def host_bound_finding(window: HostCpuWindow, gpu_busy_pct: float | None, cpu_sh
     )
 
 
-def _cpu_list(cpus: set[int]) -> str:
-    """``{0, 1, 2, 5}`` as ``"0-2,5"`` (the kernel's cpulist format)."""
-    runs: list[list[int]] = []
-    for c in sorted(cpus):
-        if runs and c == runs[-1][-1] + 1:
-            runs[-1].append(c)
-        else:
-            runs.append([c])
-    return ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
-
-
 def cpu_governors(sys_cpu: Path = Path("/sys/devices/system/cpu")) -> str:
     """The cpufreq governors of the host's CPUs, each once ("performance", "powersave, performance"),
     or "" when cpufreq is not exposed (VMs, containers)."""
@@ -227,7 +217,7 @@ def process_affinity(sampler: HostCpuSampler) -> dict[str, str]:
     out = {}
     for pid, (title, _) in sampler.read().ticks.items():
         try:
-            out[f"{pid} {title}"] = _cpu_list(os.sched_getaffinity(pid))
+            out[f"{pid} {title}"] = format_cpu_list(os.sched_getaffinity(pid))
         except OSError:
             continue
     return out
