@@ -5,8 +5,8 @@
 
 say() { echo "[$TAG $(date -u +%H:%M:%S) +${SECONDS}s] $*"; }
 
-# build_model CACHE LINK JSON: perfgate.testing's random Llama with the size preset "gpu" and the
-# parameters in JSON, initialised on the GPU (seconds, not minutes on a few CPU cores), cached in
+# build_model CACHE LINK JSON: perfgate.testing's random Llama with the parameters in JSON (its
+# "size" preset "gpu" unless JSON names one), initialised on the GPU (seconds, not minutes on a few CPU cores), cached in
 # CACHE and linked at LINK (the profile's model_path).
 build_model() {
     local cache=$1 link=$2 params=$3 dir
@@ -18,7 +18,7 @@ from perfgate.testing import ensure_tiny_model
 t0 = time.monotonic()
 where = torch.device("cuda") if torch.cuda.is_available() else contextlib.nullcontext()
 with where:
-    path = ensure_tiny_model(sys.argv[1], size="gpu", **json.loads(sys.argv[2]))
+    path = ensure_tiny_model(sys.argv[1], **{"size": "gpu", **json.loads(sys.argv[2])})
 print(f"model ready in {time.monotonic() - t0:.1f} s: {path}", file=sys.stderr)
 print(path.resolve())
 PYEOF

@@ -1,23 +1,27 @@
 #!/usr/bin/env bash
 # perfgate end to end on a real NVIDIA GPU with the real PyPI SGLang (kind = "sglang"): a locally
-# built 680 M random Llama gated by perf_tests/test_serving.py under profiles/h200-sglang.toml.
+# built random Llama (680 M by default) gated by perf_tests/test_serving.py under a profile
+# (profiles/h200-sglang.toml by default; profiles/h200-sglang-gpu-bound.toml is the 7.8 B one).
 #
 #   GPU_SGLANG_BUNDLE=/var/tmp/sgb benchmarks/gpu_sglang.sh [WORK_DIR]   (default WORK_DIR: .perfgate-cache/gpu-sglang)
 #
 # GPU_SGLANG_BUNDLE is a joined bundle of python -m perfgate.testing.sglang_bundle (its chunk 1's join.sh
 # unpacks it and checks the imports); leave it unset where SGLang is installed already.
 # Steps, all inside one ~10-minute budget:
-#   1. build the model on the GPU (perfgate.testing, cached): hidden 2048, 16 layers, FFN 5632, bf16;
+#   1. build the model on the GPU (perfgate.testing, cached): GPU_SGLANG_MODEL_PARAMS;
 #   2. record:  pytest perf_tests --perf-update-baselines      -> baselines in WORK_DIR/baselines;
 #   3. gate:    pytest perf_tests against those baselines      -> throughput/latency must pass;
 #   4. regress: a slower server (GPU_SGLANG_SLOW_ARGS, default --max-running-requests 32) started by
-#               perfgate's own start_server and attached with --perf-base-url, so the fingerprint
-#               is the profile's: test_throughput[gen-c256-in512-out128] must FAIL with perfgate's
+#               perfgate's own start_server and attached with --perf-base-url (one boot: an attached
+#               server cannot be rebooted), so the fingerprint
+#               is the profile's: test_throughput[GPU_SGLANG_WORKLOAD] must FAIL with perfgate's
 #               message. (A GPU co-tenant cannot be the regression here: perfgate rightly refuses
 #               to launch on a GPU another process holds.)
-#   In steps 2 and 3 light-c1 is the power-floor negative control: its test_gpu_power must FAIL
-#   while gen-c256 passes the same gpu_power_min_w floor; oai-c1024-in128-out64 is 1024 streams
-#   at once through /v1/completions, recorded in step 2 and gated in step 3.
+#   In steps 2 and 3 every workload of the profile must be valid and GPU_SGLANG_WORKLOAD pass its
+#   gpu_power_min_w floor; where the profile has them, light-c1 is the power-floor negative control
+#   (its test_gpu_power must FAIL) and oai-c1024-in128-out64 is 1024 streams at once through
+#   /v1/completions, recorded in step 2 and gated in step 3. With [gate] boots = N each of steps
+#   2 and 3 boots the server N times per workload (docs/verdicts.md).
 # Exit status 0 only when every expectation held; 2 when the host cannot run it. The last stdout
 # line is one JSON object (benchmarks/_gpu_report.py).
 #
@@ -26,8 +30,16 @@
 #   GPU_SGLANG_BUNDLE     joined bundle directory (holds env.sh and site/), sourced first
 #   GPU_SGLANG_PROFILE    profile (default: profiles/h200-sglang.toml); its workload names are the expectations'
 #   GPU_SGLANG_MODEL      1 (default) builds the model and links it at the profile's model_path; 0 does not
+#   GPU_SGLANG_MODEL_PARAMS JSON of perfgate.testing.ensure_tiny_model's arguments (default: the 680 M
+#                  model, {"size": "gpu", "hidden_size": 2048, "num_layers": 16, "num_heads": 16,
+#                  "intermediate_size": 5632}; the 7.8 B one: {"size": "gpu-8b"})
+#   GPU_SGLANG_WORKLOAD   the workload the regress stage, explain, noise and the power expectation use
+#                  (default: gen-c256-in512-out128)
+#   GPU_SGLANG_STAGES     which of record, gate, regress to run (default: "record gate regress"); a later
+#                  call on the same machine and WORK_DIR runs "gate regress" against the baselines an
+#                  earlier call recorded (a profile with boots = 3 does not fit one 10-minute call)
 #   GPU_SGLANG_DEADLINE_S wall-clock budget of the whole script in seconds (default: 570)
-#   GPU_SGLANG_SKIP_GATE  1 skips step 3 (gate) and its expectations
+#   GPU_SGLANG_SKIP_GATE  1 skips step 3 (gate) and its expectations (as GPU_SGLANG_STAGES="record regress")
 #   GPU_SGLANG_SLOW_ARGS  server flags of the regress stage's slower server (default: --max-running-requests 32)
 #   GPU_SGLANG_EXPLAIN    1 adds --perf-explain to steps 2-4 and runs gen-c256 alone in each (an explain slice
 #                  is an extra repeat per workload: all three workloads do not fit one call): record stores
@@ -35,6 +47,7 @@
 #                  one (issue #21, item 6); the report carries each stage's explain table and diff in brief
 #   GPU_SGLANG_RECORD_S   time limit of the record stage in seconds (default 240; a fresh machine's first
 #                  boot alone took 143 s once and more than 140 s twice: cold Triton and CUDA-graph caches)
+#   GPU_SGLANG_GATE_S, GPU_SGLANG_REGRESS_S  time limits of the gate and regress stages (default 220, 240)
 #   GPU_SGLANG_NOISE_BOOTS N > 0: instead of steps 2-4, boot the unchanged profile N times, one repeat of
 #                  gen-c256 each (stages boot-1 ... boot-N, each recording its own baselines), with
 #                  the GPU's clocks, power and temperature sampled every 0.5 s into WORK/gpu-clocks.csv
@@ -52,9 +65,12 @@ PROFILE=${GPU_SGLANG_PROFILE:-profiles/h200-sglang.toml}
 BUILD_MODEL=${GPU_SGLANG_MODEL:-1}
 DEADLINE_S=${GPU_SGLANG_DEADLINE_S:-570}
 SKIP_GATE=${GPU_SGLANG_SKIP_GATE:-0}
+STAGES=" ${GPU_SGLANG_STAGES:-record gate regress} "
+[ "$SKIP_GATE" = 1 ] && STAGES=${STAGES// gate / }
+MODEL_PARAMS=${GPU_SGLANG_MODEL_PARAMS:-'{"size": "gpu", "hidden_size": 2048, "num_layers": 16, "num_heads": 16, "intermediate_size": 5632}'}
 SLOW_ARGS=${GPU_SGLANG_SLOW_ARGS---max-running-requests 32}
 MODEL_CACHE=${PERFGATE_MODEL_CACHE:-.perfgate-cache/models/cache}
-C256=gen-c256-in512-out128
+C256=${GPU_SGLANG_WORKLOAD:-gen-c256-in512-out128}
 # Marks every process a stage starts (the server runs in its own session), so a stage stopped at
 # its time limit leaves nothing holding the GPU for the next one.
 RUN_ID="gpu-sglang-$$-$(date +%s)"
@@ -64,6 +80,12 @@ TAG=gpu_sglang
 source benchmarks/_gpu_stage.sh
 
 [ -f "$PROFILE" ] || { say "no profile $PROFILE (GPU_SGLANG_PROFILE)"; exit 2; }
+for stage in $STAGES; do
+    case $stage in
+        record | gate | regress) ;;
+        *) say "GPU_SGLANG_STAGES: unknown stage '$stage' (record, gate, regress)"; exit 2 ;;
+    esac
+done
 if [ -z "$SLOW_ARGS" ]; then
     say "GPU_SGLANG_SLOW_ARGS is empty: the regress stage needs server flags that make it slower"
     exit 2
@@ -77,7 +99,9 @@ if [ -n "${GPU_SGLANG_BUNDLE:-}" ]; then
     source "$GPU_SGLANG_BUNDLE/env.sh"
 fi
 
-rm -rf "$WORK/record" "$WORK/gate" "$WORK/regress" "$WORK/baselines"
+# Only what this call runs is cleared: a later call gates against an earlier call's baselines.
+for stage in $STAGES; do rm -rf "${WORK:?}/$stage"; done
+[[ $STAGES == *" record "* ]] && rm -rf "$WORK/baselines"
 mkdir -p "$WORK"
 
 # An installed perfgate registers its plugin through its entry point; a source checkout needs -p.
@@ -107,9 +131,8 @@ EOF
 
 if [ "$BUILD_MODEL" = 1 ]; then
     MODEL_LINK=$("$PY" -c "import sys; from perfgate.profile import load_profile; print(load_profile(sys.argv[1]).server.model_path)" "$PROFILE")
-    say "model: hidden 2048, 16 layers, 16 heads, FFN 5632, bf16 (cache $MODEL_CACHE) -> $MODEL_LINK"
-    build_model "$MODEL_CACHE" "$MODEL_LINK" '{"hidden_size": 2048, "num_layers": 16, "num_heads": 16, "intermediate_size": 5632}' \
-        || { say "model build failed"; exit 2; }
+    say "model: $MODEL_PARAMS (cache $MODEL_CACHE) -> $MODEL_LINK"
+    build_model "$MODEL_CACHE" "$MODEL_LINK" "$MODEL_PARAMS" || { say "model build failed"; exit 2; }
 fi
 
 trap reap EXIT
@@ -145,15 +168,16 @@ if [ "$NOISE_BOOTS" -gt 0 ] 2>/dev/null; then
     exit $?
 fi
 
-run_stage record "${GPU_SGLANG_RECORD_S:-240}" "${PYTEST[@]}" --perf-update-baselines
-if [ "$SKIP_GATE" = 1 ]; then
-    say "gate: skipped (GPU_SGLANG_SKIP_GATE=1)"
-else
-    run_stage gate 220 "${PYTEST[@]}"
+if [[ $STAGES == *" record "* ]]; then
+    run_stage record "${GPU_SGLANG_RECORD_S:-240}" "${PYTEST[@]}" --perf-update-baselines
+fi
+if [[ $STAGES == *" gate "* ]]; then
+    run_stage gate "${GPU_SGLANG_GATE_S:-220}" "${PYTEST[@]}"
 fi
 # The slower server: the profile's own server with GPU_SGLANG_SLOW_ARGS appended, booted by perfgate's
 # start_server (its readiness, logs and teardown), then the gate attached to it.
-run_stage regress 240 "$PY" - "$PROFILE" "$SLOW_ARGS" "$WORK/regress/server" "$C256" "${PYTEST[@]}" <<'EOF'
+if [[ $STAGES == *" regress "* ]]; then
+run_stage regress "${GPU_SGLANG_REGRESS_S:-240}" "$PY" - "$PROFILE" "$SLOW_ARGS" "$WORK/regress/server" "$C256" "${PYTEST[@]}" <<'EOF'
 import shlex, subprocess, sys
 from contextlib import ExitStack
 from dataclasses import replace
@@ -167,30 +191,36 @@ spec = replace(profile.server, args=[*profile.server.args, *shlex.split(slow_arg
 with ExitStack() as stack:
     server = start_server(spec, log_dir=Path(log_dir), stack=stack)
     print(f"[gpu_sglang] slower server ({slow_args}) ready in {server.boot_s:.1f} s at {server.base_url}", flush=True)
-    code = subprocess.call([*pytest, f"--perf-base-url={server.base_url}", "-k", workload])
+    # One boot: perfgate cannot reboot a server it attached to (the baseline's boots still count).
+    code = subprocess.call([*pytest, f"--perf-base-url={server.base_url}", "--perf-boots=1", "-k", workload])
 sys.exit(code)
 EOF
+fi
 
 say "checking expectations"
-EXPECT=$("$PY" - "$SKIP_GATE" "$C256" "$EXPLAIN" <<'EOF'
+EXPECT=$("$PY" - "$STAGES" "$C256" "$EXPLAIN" "$PROFILE" <<'EOF'
 import json, sys
-skip_gate, c256, only_c256 = sys.argv[1] == "1", sys.argv[2], sys.argv[3] == "1"
-workloads = (c256,) if only_c256 else (c256, "light-c1", "oai-c1024-in128-out64")
+from perfgate.profile import load_profile
+stages, c256, only_c256 = sys.argv[1].split(), sys.argv[2], sys.argv[3] == "1"
+names = [w.name for w in load_profile(sys.argv[4]).workloads]
+if c256 not in names:
+    sys.exit(f"GPU_SGLANG_WORKLOAD {c256!r} is not a workload of {sys.argv[4]} ({', '.join(names)})")
+workloads = [c256] if only_c256 else names
 both = {f"test_run_is_valid[{w}]": "passed" for w in workloads}
 both |= {f"test_gpu_power[{c256}]": "passed"}
-if not only_c256:
+if "light-c1" in workloads:
     both["test_gpu_power[light-c1]"] = "failure"
 gated = {f"test_{t}[{w}]": "passed" for t in ("throughput", "latency") for w in workloads if w != "light-c1"}
 expect = {
     "record": both,
     "gate": both | gated,
     "regress": {f"test_throughput[{c256}]": "failure"},
-    "_messages": {"regress": {f"test_throughput[{c256}]": "output_throughput"}},
 }
-if skip_gate:
-    del expect["gate"]
+expect = {stage: tests for stage, tests in expect.items() if stage in stages}
+if "regress" in stages:
+    expect["_messages"] = {"regress": {f"test_throughput[{c256}]": "output_throughput"}}
 print(json.dumps(expect))
 EOF
-)
-CONTEXT=$("$PY" -c "import json, sys; print(json.dumps({'script': 'gpu_sglang', 'profile': sys.argv[1], 'regression': {'server_args': sys.argv[2], 'attached': True}, 'gate_skipped': sys.argv[3] == '1', 'explain': sys.argv[5] == '1', 'wall_s': int(sys.argv[4])}))" "$PROFILE" "$SLOW_ARGS" "$SKIP_GATE" "$SECONDS" "$EXPLAIN")
+) || { say "cannot check expectations"; exit 2; }
+CONTEXT=$("$PY" -c "import json, sys; print(json.dumps({'script': 'gpu_sglang', 'profile': sys.argv[1], 'regression': {'server_args': sys.argv[2], 'attached': True}, 'stages_run': sys.argv[3].split(), 'explain': sys.argv[5] == '1', 'wall_s': int(sys.argv[4])}))" "$PROFILE" "$SLOW_ARGS" "$STAGES" "$SECONDS" "$EXPLAIN")
 "$PY" benchmarks/_gpu_report.py "$WORK" "$EXPECT" "$CONTEXT"

@@ -108,7 +108,12 @@ def test_a_batch_dependent_fault_fails_at_the_workload_concurrency(gate: Gate) -
     outcome = gate.run("-rfE", profile=_profile(gate), env={"PERFGATE_SIM_CORRUPT_ABOVE_BATCH": "8"})
     assert outcome.ret == FAILED, outcome.out[-3000:]
     assert _failed_tests(outcome) == ["test_correctness"], outcome.out[-3000:]
-    assert re.search(r"correctness_argmax_mismatch at concurrency 16, prompt \d+", outcome.out), outcome.out[-3000:]
+    # The prompts' answers against the low pass, or a duplicate's against its prompt's: which one
+    # depends on how many of the 16 the simulator batched at once (on a loaded CI machine the
+    # client sends slower and the prompts' steps can stay at or below 8; the duplicates, sent
+    # last, then meet the bigger batch).
+    found = r"correctness_(argmax_mismatch|batch_disagreements) at concurrency 16, prompt \d+"
+    assert re.search(found, outcome.out), outcome.out[-3000:]
 
 
 def test_a_fault_above_the_probes_own_requests_fails_at_the_workloads_batch(gate: Gate) -> None:

@@ -100,13 +100,22 @@ def run_script(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_every_stage_on_the_simulator(tmp_path: Path) -> None:
-    proc = run_script(tmp_path)
+def test_every_stage_on_the_simulator_over_two_calls(tmp_path: Path) -> None:
+    """Record in one call, gate and regress in a later one against its baselines (a profile with
+    boots = 3 on a GPU does not fit one 10-minute device call)."""
+    first = run_script(tmp_path, GPU_SGLANG_STAGES="record")
+    report = json.loads(first.stdout.strip().splitlines()[-1])
+    assert first.returncode == 0, (report["problems"], first.stdout[-3000:], first.stderr[-2000:])
+    assert set(report["stages"]) == {"record"} and report["stages_run"] == ["record"]
+    assert report["stages"]["record"]["tests"]["test_gpu_power[light-c1]"] == "failure"
+    proc = run_script(tmp_path, GPU_SGLANG_STAGES="gate regress")
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert proc.returncode == 0, (report["problems"], proc.stdout[-3000:], proc.stderr[-2000:])
     assert report["ok"] and report["problems"] == []
+    # The gate used the first call's baselines.
     stages = report["stages"]
-    assert stages["record"]["tests"]["test_gpu_power[light-c1]"] == "failure"
+    assert set(stages) == {"gate", "regress"} and report["stages_run"] == ["gate", "regress"]
+    assert stages["gate"]["workloads"]["gen-c256-in512-out128"]["baseline"].startswith(str(tmp_path / "work"))
     assert stages["gate"]["tests"]["test_throughput[oai-c1024-in128-out64]"] == "passed"
     message = stages["regress"]["messages"]["test_throughput[gen-c256-in512-out128]"]
     assert "output_throughput" in message and "< limit" in message
@@ -142,6 +151,7 @@ def test_explain_mode_on_the_simulator(tmp_path: Path) -> None:
             "GPU_SGLANG_BUNDLE=/nonexistent holds no env.sh and site/: run the bundle's join.sh",
         ),
         ({"GPU_SGLANG_SLOW_ARGS": ""}, "GPU_SGLANG_SLOW_ARGS is empty"),
+        ({"GPU_SGLANG_STAGES": "record gaet"}, "GPU_SGLANG_STAGES: unknown stage 'gaet' (record, gate, regress)"),
         ({"GPU_SGLANG_PROFILE": "/nonexistent.toml"}, "no profile /nonexistent.toml (GPU_SGLANG_PROFILE)"),
     ],
 )
