@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from perfgate.server._sglang import (
     sglang_version_from_tree,
     sglang_versions,
 )
+from perfgate.server._sglang_launch import server_flags
 
 # The scenario's launch (GLM-5-NVFP4 on 8x RTX PRO 6000, SGLang 0.5.12 era).
 SCENARIO_ARGS = [
@@ -213,3 +215,31 @@ def test_help_text_of_an_interpreter(tmp_path: Path) -> None:
     assert flags == {"-h", "--help", "--model-path", "--model", "--tp-size", "--tensor-parallel-size"}
     with pytest.raises(ServerError, match="without a flag list"):
         sglang_help_text(sys.executable)
+
+
+def test_the_flags_of_an_install_are_read_once_per_process(tmp_path: Path) -> None:
+    """[gate] boots = 3 launches SGLang three times: its --help (torch and SGLang imported, 15-25 s
+    on the H200) runs once, and again only when server_args.py changed."""
+    root = tmp_path / "site" / "sglang"
+    (root / "srt").mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    (root / "srt" / "server_args.py").write_text("")
+    runs = tmp_path / "runs"
+    (root / "launch_server.py").write_text(
+        f"open({str(runs)!r}, 'a').write('x')\n"
+        "import argparse\n"
+        "parser = argparse.ArgumentParser()\n"
+        "parser.add_argument('--model-path')\n"
+        "parser.parse_args()\n"
+    )
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={root.parent} exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    env = {"PATH": os.environ["PATH"]}
+    first = server_flags(str(python), env, root)
+    assert first == ({"-h", "--help", "--model-path"}, "launch_server --help")
+    assert server_flags(str(python), env, root) == first and runs.read_text() == "x"
+    # Another environment, or the install changed: asked again.
+    assert server_flags(str(python), {**env, "X": "1"}, root) == first and runs.read_text() == "xx"
+    os.utime(root / "srt" / "server_args.py", ns=(1, 1))
+    assert server_flags(str(python), env, root) == first and runs.read_text() == "xxx"

@@ -65,18 +65,42 @@ def check_model_path(model_path: str) -> None:
     )
 
 
+# The flags of each SGLang install this process has asked: "--help" imports torch and SGLang
+# (15-25 s on the H200), and [gate] boots = 3 asked before every boot for the same answer. Keyed by
+# the interpreter, the server's environment and server_args.py's modification time, so an install
+# changed between boots is asked again.
+_FLAGS_READ: dict[tuple[object, ...], frozenset[str]] = {}
+
+
+def server_flags(python: str, env: Mapping[str, str], root: Path) -> tuple[set[str], str]:
+    """The flags ``python``'s SGLang (installed at ``root``) accepts, and where they were read:
+    its ``launch_server --help`` (once per install and environment in this process) or, when that
+    cannot run, its ``server_args.py``."""
+    args_file = root / "srt" / "server_args.py"
+    try:
+        stamp: int | None = args_file.stat().st_mtime_ns
+    except OSError:
+        stamp = None
+    key = (python, tuple(sorted(env.items())), str(root), stamp)
+    if key in _FLAGS_READ:
+        return set(_FLAGS_READ[key]), "launch_server --help"
+    try:
+        # With the server's environment: a CPU or ROCm build may need it just to import.
+        known = known_flags(sglang_help_text(python, env=env))
+    except ServerError:
+        # --help imports torch; when that fails the source still knows the flags.
+        return flags_from_source(root), str(args_file)
+    _FLAGS_READ[key] = frozenset(known)
+    return known, "launch_server --help"
+
+
 def preflight(spec: ServerSpec, python: str, env: Mapping[str, str]) -> SGLangPreflight:
     """Everything that can be known to fail before a multi-minute boot, each with its own message."""
     check_model_path(spec.model_path)
     root = find_sglang_root(python)
     versions = {k: v for k, v in sglang_versions(python).items() if v}
     version = versions.get("sglang", "unknown")
-    try:
-        # With the server's environment: a CPU or ROCm build may need it just to import.
-        known, flag_source = known_flags(sglang_help_text(python, env=env)), "launch_server --help"
-    except ServerError:
-        # --help imports torch; when that fails the source still knows the flags.
-        known, flag_source = flags_from_source(root), f"{root}/srt/server_args.py"
+    known, flag_source = server_flags(python, env, root)
     warnings = check_flags(spec.args, known, version)
     if spec.gpus:
         holders = gpu_holders(spec.gpus)
