@@ -86,7 +86,8 @@ _BAN_LOGIT = 100.0
 # left a gap of 1.4 at 100), and a larger constant damps every layer's contribution by as much
 # (the attention path linearly, the MLP's gated product quadratically), which gives the gap back.
 # The presets pass at 100, so their weights are what they were; the other channels reach the
-# logits scaled by ~1/value, so ordinary logits are nearly equal: sampling is close to uniform.
+# logits scaled by ~1/value, so ordinary logits are nearly equal: sampling is close to uniform
+# (and a "perturbed" defect moves them value/100 times less than _PERTURB_SIGMA's numbers below).
 _BAN_CHANNEL_VALUES = (100.0, 1_000.0, 10_000.0)
 # Smallest logit gap between every allowed and every banned token that a built model must show.
 # At 10, a sampled step picks any of the ~200 banned tokens with probability below 1e-5 (greedy:
@@ -169,7 +170,8 @@ SIZES: dict[str, TinyModelSpec] = {
     # ~7.8 B parameters (Llama-3-8B's widths, full multi-head attention: 512 KB of KV cache per
     # token): an H200's decode step at 256 streams is GPU time (weights, attention over the KV
     # cache), not the host-side scheduler's, which sets the speed of the 680 M "gpu" preset there
-    # (issue #29). Its ban needs the constant at 1,000 (hidden 4096 x 16 layers: gap 41 at 100).
+    # (issue #29). At 4096 wide the ban weakens with depth (4096 x 16 layers: a gap of 41 at the
+    # constant 100, fp32 on CPU; 4096 x 24: 12.0 on an H200), so the build may raise the constant.
     "gpu-8b": TinyModelSpec(
         hidden_size=4096,
         num_layers=32,
