@@ -116,10 +116,13 @@ if [ "$BUILD_MODEL" = 1 ]; then
     nvidia-smi --query-gpu=index,name,driver_version,power.limit,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader \
         || { say "no NVIDIA GPU"; exit 2; }
 fi
-"$PY" - "$PROFILE" <<'EOF' || { say "a needed package does not import, or the profile does not load"; exit 2; }
+"$PY" - "$PROFILE" "$C256" <<'EOF' || { say "a needed package does not import, the profile does not load, or GPU_SGLANG_WORKLOAD is not its workload"; exit 2; }
 import importlib.metadata as md, sys
 from perfgate.profile import load_profile
 profile = load_profile(sys.argv[1])
+names = [w.name for w in profile.workloads]
+if sys.argv[2] not in names:
+    sys.exit(f"GPU_SGLANG_WORKLOAD {sys.argv[2]!r} is not a workload of {sys.argv[1]} ({', '.join(names)})")
 kind = profile.server.kind
 print("profile", profile.name, "| server", kind, "| workloads", ", ".join(w.name for w in profile.workloads))
 if kind == "sglang":
@@ -202,9 +205,8 @@ EXPECT=$("$PY" - "$STAGES" "$C256" "$EXPLAIN" "$PROFILE" <<'EOF'
 import json, sys
 from perfgate.profile import load_profile
 stages, c256, only_c256 = sys.argv[1].split(), sys.argv[2], sys.argv[3] == "1"
+# GPU_SGLANG_WORKLOAD was found among them before anything ran.
 names = [w.name for w in load_profile(sys.argv[4]).workloads]
-if c256 not in names:
-    sys.exit(f"GPU_SGLANG_WORKLOAD {c256!r} is not a workload of {sys.argv[4]} ({', '.join(names)})")
 workloads = [c256] if only_c256 else names
 both = {f"test_run_is_valid[{w}]": "passed" for w in workloads}
 both |= {f"test_gpu_power[{c256}]": "passed"}

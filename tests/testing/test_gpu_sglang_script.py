@@ -152,6 +152,7 @@ def test_explain_mode_on_the_simulator(tmp_path: Path) -> None:
         ),
         ({"GPU_SGLANG_SLOW_ARGS": ""}, "GPU_SGLANG_SLOW_ARGS is empty"),
         ({"GPU_SGLANG_STAGES": "record gaet"}, "GPU_SGLANG_STAGES: unknown stage 'gaet' (record, gate, regress)"),
+        ({"GPU_SGLANG_WORKLOAD": "gen-c265"}, "GPU_SGLANG_WORKLOAD is not its workload"),
         ({"GPU_SGLANG_PROFILE": "/nonexistent.toml"}, "no profile /nonexistent.toml (GPU_SGLANG_PROFILE)"),
     ],
 )
