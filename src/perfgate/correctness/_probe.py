@@ -141,9 +141,9 @@ async def probe(
     for c in spec.concurrencies:
         dups = spec.duplicates if c == spec.concurrencies[-1] and c > 1 else 0
         padding = [prompts[k % len(prompts)] for k in range(max(0, c - len(prompts) - dups))]
-        jobs = [(p, spec.output_len) for p in (*prompts, *prompts[:dups], *padding)]
         client.peak_in_flight()
-        sent = await _bounded(c, jobs, lambda job: _generate(client, *job))
+        # Every request asks for the same length: the padding keeps the batch for the whole answer.
+        sent = await _bounded(c, [*prompts, *prompts[:dups], *padding], lambda p: _generate(client, p, spec.output_len))
         in_flight = client.peak_in_flight()
         answers, pads = sent[: len(sent) - len(padding)], sent[len(sent) - len(padding) :]
         greedy = answers[: len(prompts)]
