@@ -49,7 +49,7 @@
 #                  boot alone took 143 s once and more than 140 s twice: cold Triton and CUDA-graph caches)
 #   GPU_SGLANG_GATE_S, GPU_SGLANG_REGRESS_S  time limits of the gate and regress stages (default 220, 240)
 #   GPU_SGLANG_NOISE_BOOTS N > 0: instead of steps 2-4, boot the unchanged profile N times, one repeat of
-#                  gen-c256 each (stages boot-1 ... boot-N, each recording its own baselines), with
+#                  gen-c256 each (one boot per stage, whatever the profile's [gate] boots) (stages boot-1 ... boot-N, each recording its own baselines), with
 #                  the GPU's clocks, power and temperature sampled every 0.5 s into WORK/gpu-clocks.csv
 #                  and the server's and client's processes' CPU every second into WORK/top.log:
 #                  the raw material of the boot-to-boot noise study (issue #20, item 3); then
@@ -160,7 +160,7 @@ if [ "$NOISE_BOOTS" -gt 0 ] 2>/dev/null; then
     for i in $(seq 1 "$NOISE_BOOTS"); do
         run_stage "boot-$i" "${GPU_SGLANG_BOOT_S:-150}" "$PY" -m pytest perf_tests "${PLUGIN[@]}" -rA --perf-profile "$PROFILE" \
             --perf-baselines "$WORK/boot-$i/baselines" --perf-update-baselines \
-            --perf-repeats="${GPU_SGLANG_NOISE_REPEATS:-1}" -k "$C256"
+            --perf-boots=1 --perf-repeats="${GPU_SGLANG_NOISE_REPEATS:-1}" -k "$C256"
         expect+="\"boot-$i\": {\"test_run_is_valid[$C256]\": \"passed\"},"
     done
     kill "$CLOCKS_PID" "$TOP_PID" 2>/dev/null

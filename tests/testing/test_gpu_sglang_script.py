@@ -84,9 +84,9 @@ tolerance = { output_throughput = 1.0, total_throughput = 1.0, mean_tpot_ms = 3.
 """
 
 
-def run_script(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+def run_script(tmp_path: Path, profile_text: str = SIM_PROFILE, **env: str) -> subprocess.CompletedProcess[str]:
     profile = tmp_path / "sim.toml"
-    profile.write_text(SIM_PROFILE)
+    profile.write_text(profile_text)
     full = {
         **os.environ,
         "PYTHON": sys.executable,
@@ -208,7 +208,11 @@ def _spread_module() -> object:
 
 
 def test_noise_boots_on_the_simulator_report_their_spread(tmp_path: Path) -> None:
-    proc = run_script(tmp_path, GPU_SGLANG_NOISE_BOOTS="2", GPU_SGLANG_NOISE_REPEATS="2")
+    # A profile that boots 3 times a side (as the GPU-bound reference does): each noise stage is
+    # still one boot, so each boot-N holds that boot's repeats alone.
+    booted = SIM_PROFILE.replace("[gate]\nrepeats = 2", "[gate]\nboots = 3\nrepeats = 2")
+    assert booted != SIM_PROFILE
+    proc = run_script(tmp_path, booted, GPU_SGLANG_NOISE_BOOTS="2", GPU_SGLANG_NOISE_REPEATS="2")
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert proc.returncode == 0, (report["problems"], proc.stdout[-3000:], proc.stderr[-2000:])
     spread = json.loads((tmp_path / "work" / "boot-spread.json").read_text())
