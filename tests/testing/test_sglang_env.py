@@ -88,3 +88,38 @@ def test_a_full_disk_during_a_step_is_named_instead_of_pips_network_advice(tmp_p
     assert "-> the disk is full (" in msg and f"GB free under {tmp_path}): free space" in msg
     assert "PyPI" not in msg.split("->")[1]
     assert "No space left on device" in (tmp_path / "build.log").read_text()
+
+
+def test_uv_installs_into_the_venv_with_bytecode_and_a_cache_that_goes_with_the_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # uv itself is CI's (tox-uv brings it); the unit run need not have it.
+    monkeypatch.setattr(_sglang_env, "uv_binary", lambda: "/opt/uv/bin/uv")
+    python, tmp = tmp_path / "venv" / "bin" / "python", tmp_path / "tmp"
+    uv = _sglang_env._install_command("uv", python, (), tmp)
+    assert uv == [
+        "/opt/uv/bin/uv", "pip", "install", "--python", str(python), "--compile-bytecode", "--cache-dir",
+        str(tmp / "uv-cache"),
+    ]  # fmt: skip
+    pip = _sglang_env._install_command("pip", python, ("--no-cache-dir",), tmp)
+    assert pip == [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-cache-dir"]
+    with pytest.raises(SGLangEnvError, match=re.escape("installer uv takes no pip arguments (got --no-cache-dir)")):
+        _sglang_env._install_command("uv", python, ("--no-cache-dir",), tmp)
+
+
+def test_a_missing_uv_or_an_unknown_installer_is_refused_before_anything_is_fetched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # No uv package to import and none on PATH.
+    monkeypatch.setitem(sys.modules, "uv", None)
+    monkeypatch.setattr(_sglang_env.shutil, "which", lambda name: None)
+    assert main(["--version", "0.5.23", "--cache", str(tmp_path), "--installer", "uv"]) == 2
+    err = capsys.readouterr().err
+    assert "installer uv: no uv executable here" in err and "pip install uv, or build with installer pip" in err
+    assert not (tmp_path / "libcuda").exists() and not (tmp_path / "0.5.23" / "venv").exists()
+    with pytest.raises(SGLangEnvError, match=re.escape("unknown installer 'conda': use one of pip, uv")):
+        _sglang_env.ensure_sglang_env("0.5.23", tmp_path, installer="conda")  # type: ignore[arg-type]
+    # pip's cache option means nothing to uv: said, not ignored.
+    with pytest.raises(SystemExit) as e:
+        main(["--version", "0.5.23", "--cache", str(tmp_path), "--installer", "uv", "--pip-cache-dir", str(tmp_path)])
+    assert e.value.code == 2 and "--pip-cache-dir is pip's" in capsys.readouterr().err

@@ -15,7 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from perfgate.errors import PerfgateError
-from perfgate.testing._sglang_env import RECIPES, ensure_sglang_env
+from perfgate.testing._sglang_env import INSTALLERS, RECIPES, ensure_sglang_env
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,13 +28,28 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--cache", type=Path, required=True, help="cache directory, e.g. .perfgate-cache/sglang")
     parser.add_argument(
+        "--installer",
+        choices=INSTALLERS,
+        default="pip",
+        help="what installs the packages: pip (default; reads pip's configuration) or uv (about 3x faster, "
+        "the same releases; reads UV_* variables, not pip's configuration)",
+    )
+    parser.add_argument(
         "--pip-cache-dir", type=Path, help="keep pip's downloads in this cache (default: none, the venv is the cache)"
     )
     args = parser.parse_args(argv)
-    pip_args = ["--cache-dir", str(args.pip_cache_dir)] if args.pip_cache_dir else ["--no-cache-dir"]
+    if args.pip_cache_dir and args.installer != "pip":
+        parser.error("--pip-cache-dir is pip's: uv keeps its cache in the build's temporary directory")
+    pip_args = (
+        None
+        if args.installer != "pip"
+        else ["--cache-dir", str(args.pip_cache_dir)]
+        if args.pip_cache_dir
+        else ["--no-cache-dir"]
+    )
     for version in args.version:
         try:
-            env = ensure_sglang_env(version, args.cache, pip_args=pip_args)
+            env = ensure_sglang_env(version, args.cache, pip_args=pip_args, installer=args.installer)
         except PerfgateError as e:
             print(f"error: SGLang {version}: {e}", file=sys.stderr)
             return 2
