@@ -102,6 +102,7 @@ def assert_nothing_left(profile: Path) -> None:
     assert processes_with(_marker(profile)) == [], "a server of the A/B is still alive"
 
 
+@pytest.mark.long
 def test_slower_candidate_exits_1_naming_throughput_and_tpot_and_is_not_accepted(profile: Path, tmp_path: Path) -> None:
     results, baselines = tmp_path / "results", tmp_path / "baselines"
     run = ab(
@@ -294,6 +295,7 @@ def test_missing_profile_and_bad_numbers(tmp_path: Path, profile: Path, capsys: 
 pytest_plugins = ["pytester"]
 
 
+@pytest.mark.long
 def test_pytest_perf_ab_reports_the_ab_in_the_four_gate_tests(pytester: pytest.Pytester, profile: Path) -> None:
     pytester.makepyfile(test_serving=PERF_TESTS)
     for k in [k for k in os.environ if k.startswith("PERFGATE_SIM_")]:

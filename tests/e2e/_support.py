@@ -7,10 +7,16 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from perfgate.profile import ServerSpec
+from perfgate.server import RunningServer, start_server
 
 REPO = Path(__file__).resolve().parents[2]
 PERF_TESTS = REPO / "perf_tests"
@@ -31,6 +37,38 @@ def wrong_model(name: str, tox_env: str) -> Path:
             pytrace=False,
         )
     return path
+
+
+def start_servers(specs: Mapping[str, ServerSpec], log_root: Path, stack: ExitStack) -> dict[str, RunningServer]:
+    """Boot the servers of ``specs`` at once, each logging under ``log_root / name``; each one's
+    teardown joins ``stack``. A CPU engine's boot is mostly one core's imports, so two boots side by
+    side take about as long as one: for servers that only answer correctness probes, where nothing
+    is timed while another boots. The first boot that failed is raised once the others stand (and
+    are torn down with ``stack``)."""
+
+    def boot(name: str, spec: ServerSpec) -> tuple[RunningServer, ExitStack]:
+        own = ExitStack()
+        try:
+            return start_server(spec, log_dir=log_root / name, stack=own), own
+        except BaseException:
+            own.close()
+            raise
+
+    with ThreadPoolExecutor(len(specs)) as pool:
+        futures = {name: pool.submit(boot, name, spec) for name, spec in specs.items()}
+    servers: dict[str, RunningServer] = {}
+    failed: BaseException | None = None
+    for name, future in futures.items():
+        error = future.exception()
+        if error is not None:
+            failed = failed or error
+            continue
+        server, own = future.result()
+        stack.enter_context(own)
+        servers[name] = server
+    if failed is not None:
+        raise failed
+    return servers
 
 
 def gate_argv(profile: Path, baselines: Path, *args: str) -> list[str]:

@@ -30,11 +30,20 @@ import pytest
 from perfgate import _toml
 from perfgate.errors import ServerError
 from perfgate.explain import HOST_GAP_KEY, STEP_MOVED
-from perfgate.profile import Profile, load_profile
+from perfgate.profile import Profile, ServerSpec, load_profile
 from perfgate.server import start_server
 from perfgate.server._sglang_launch import preflight
 from perfgate.testing._sglang_env import SGLangEnv, find_sglang_env
-from tests.e2e._support import REPO, expect_outcomes, gate, gate_argv, processes_marked, toml_text, wrong_model
+from tests.e2e._support import (
+    REPO,
+    expect_outcomes,
+    gate,
+    gate_argv,
+    processes_marked,
+    start_servers,
+    toml_text,
+    wrong_model,
+)
 
 PROFILE = REPO / "profiles" / "sglang-cpu-tiny.toml"
 CACHE = REPO / ".perfgate-cache" / "sglang"
@@ -308,14 +317,13 @@ def test_correctness_fails_a_wrong_model_under_the_same_name(
     release shows the rest on a real engine."""
     profile = release.load()
 
-    def serve(name: str, stack: ExitStack) -> str:
+    def spec(name: str) -> ServerSpec:
         # --served-model-name: the wrong server answers to the right model's name (its path).
-        spec = replace(
+        return replace(
             profile.server,
             model_path=str(wrong_model(name, "e2e-sglang")),
             args=(*profile.server.args, "--served-model-name", profile.server.model_path),
         )
-        return start_server(spec, log_dir=tmp_path / name, stack=stack).base_url
 
     def failures(run: pytest.RunResult) -> str:
         out = run.stdout.str()
@@ -327,7 +335,7 @@ def test_correctness_fails_a_wrong_model_under_the_same_name(
         # As fast and wrong: the workloads run too and pass; only the probe fails. All three repeats,
         # so that one stalled repeat on this shared 2-core host cannot fail a throughput test (a
         # lone repeat did so on vLLM in CI).
-        url = serve("perturbed", stack)
+        url = start_server(spec("perturbed"), log_dir=tmp_path / "perturbed", stack=stack).base_url
         perturbed = gate(release.profile, recorded.baselines, f"--perf-base-url={url}")
     expect_outcomes(perturbed, passed=6, failed=1, skipped=3)
     out = failures(perturbed)
@@ -336,11 +344,6 @@ def test_correctness_fails_a_wrong_model_under_the_same_name(
         assert "greedy view only (score = false: " in out and "teacher-forced" not in out, out[-4000:]
         return
 
-    with ExitStack() as stack:
-        nan = gate(release.profile, recorded.baselines, f"--perf-base-url={serve('nan', stack)}", "-k", "correctness")
-    expect_outcomes(nan, failed=1, deselected=9)
-    assert "correctness_nonfinite" in failures(nan)
-
     exact = write_profile(tmp_path / "exact.toml", release.env, release.mark)
     doc = _toml.loads(exact.read_text())
     # Exactness as far as an unchanged server keeps it: scoring (prefill) and the recorded greedy
@@ -348,10 +351,17 @@ def test_correctness_fails_a_wrong_model_under_the_same_name(
     doc.setdefault("correctness", {}).setdefault("limits", {})["correctness_logprob_delta_max"] = 1e-6
     exact.write_text(toml_text(doc))
     with ExitStack() as stack:
-        url = serve("bf16", stack)
+        # Probes alone from here (nothing timed): both boots at once.
+        servers = start_servers({name: spec(name) for name in ("nan", "bf16")}, tmp_path, stack)
+        nan = gate(
+            release.profile, recorded.baselines, f"--perf-base-url={servers['nan'].base_url}", "-k", "correctness"
+        )
+        url = servers["bf16"].base_url
         bf16 = gate(release.profile, recorded.baselines, f"--perf-base-url={url}", "-k", "correctness")
         strict = gate(exact, recorded.baselines, f"--perf-base-url={url}", "-k", "correctness")
     release.assert_no_leftovers("the wrong models' servers")
+    expect_outcomes(nan, failed=1, deselected=9)
+    assert "correctness_nonfinite" in failures(nan)
     # The profile serves float32 (--dtype float32): the bfloat16 weights move logprobs by ~4e-6, far
     # inside the default limits.
     expect_outcomes(bf16, passed=1, deselected=9)

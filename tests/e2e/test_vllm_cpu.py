@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from perfgate import _toml
-from perfgate.profile import load_profile
+from perfgate.profile import ServerSpec, load_profile
 from perfgate.server import start_server
-from tests.e2e._support import REPO, expect_outcomes, toml_text, wrong_model
+from tests.e2e._support import REPO, expect_outcomes, start_servers, toml_text, wrong_model
 from tests.e2e._support import gate as gate_profile
 
 pytest.importorskip("vllm", reason="vLLM is not installed here; run `tox -e e2e-vllm`")
@@ -101,9 +101,11 @@ def test_correctness_fails_a_wrong_model_under_the_same_name(recorded, tmp_path)
     baselines, _ = recorded
     profile = load_profile(PROFILE)
 
+    def spec(name: str) -> ServerSpec:
+        return replace(profile.server, model_path=str(wrong_model(name, "e2e-vllm")))
+
     def serve(name: str, stack: ExitStack) -> str:
-        spec = replace(profile.server, model_path=str(wrong_model(name, "e2e-vllm")))
-        return start_server(spec, log_dir=tmp_path / name, stack=stack).base_url
+        return start_server(spec(name), log_dir=tmp_path / name, stack=stack).base_url
 
     with ExitStack() as stack:
         # As fast and wrong: the c64 workload runs too and passes; only the probe fails. All three
@@ -115,8 +117,10 @@ def test_correctness_fails_a_wrong_model_under_the_same_name(recorded, tmp_path)
     assert "correctness_logprob_delta_mean" in out and "recorded reference" in out, out[-4000:]
 
     with ExitStack() as stack:
-        nan = gate(baselines, f"--perf-base-url={serve('nan', stack)}", "-k", "correctness")
-        bf16 = gate(baselines, f"--perf-base-url={serve('bf16', stack)}", "-k", "correctness")
+        # Probes alone from here (nothing timed): both boots at once.
+        servers = start_servers({name: spec(name) for name in ("nan", "bf16")}, tmp_path, stack)
+        nan = gate(baselines, f"--perf-base-url={servers['nan'].base_url}", "-k", "correctness")
+        bf16 = gate(baselines, f"--perf-base-url={servers['bf16'].base_url}", "-k", "correctness")
     expect_outcomes(nan, failed=1, deselected=9)
     # vLLM answers HTTP 400 "Out of range float values are not JSON compliant" for NaN logprobs.
     assert "correctness_nonfinite" in _failed_correctness(nan)

@@ -170,6 +170,7 @@ def test_an_answer_lacking_what_the_probe_compares_fails(gate: Gate, env: dict[s
     _no_traceback(outcome.out)
 
 
+@pytest.mark.long
 def test_recording_a_different_model_needs_a_reason(gate: Gate) -> None:
     profile = _profile(gate)
     assert gate.run("--perf-update-baselines", profile=profile).ret == 0
@@ -249,6 +250,7 @@ def test_turning_the_probe_off_needs_a_reason(gate: Gate) -> None:
     assert "correctness probe off ([correctness] enabled = false: no logprobs here)" in off.out
 
 
+@pytest.mark.long
 def test_an_engine_that_dies_scoring_is_probed_greedily_with_score_false(gate: Gate) -> None:
     """SGLang 0.5.12's CPU engine answers greedy requests and dies scoring given tokens; the
     simulator's crash_on_prompt_logprobs does the same. score = false keeps the greedy view, which

@@ -228,6 +228,7 @@ def _recorded(gate: Gate) -> Path:
     return path
 
 
+@pytest.mark.long
 def test_senseless_baselines_stop_the_gate_before_boot(gate: Gate) -> None:
     """One recording, then each bad variant of its file: refused before boot, naming file, key and fix."""
     path = _recorded(gate)

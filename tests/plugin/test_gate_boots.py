@@ -86,6 +86,7 @@ def gated(out: str) -> dict[str, str]:
     return {m: v for (w, m), v in summary_verdicts(out).items() if w == WORKLOAD and m in GATED}
 
 
+@pytest.mark.long
 def test_one_boot_each_fails_an_unchanged_server(gate):
     # Recorded on a boot at 1.069x, gated on one at 0.927x: mean TPOT +15 % past the 8 % tolerance,
     # and the three repeats of one boot cannot see that the boot, not the server, changed.
@@ -95,6 +96,7 @@ def test_one_boot_each_fails_an_unchanged_server(gate):
     assert gate.seed_file.read_text().strip() == "2"
 
 
+@pytest.mark.long
 def test_three_boots_do_not_fail_an_unchanged_server_and_catch_a_35_percent_slowdown(gate):
     recorded = gate("--perf-update-baselines", "--perf-boots=3")
     out = recorded.stdout.str()
@@ -120,6 +122,7 @@ def test_three_boots_do_not_fail_an_unchanged_server_and_catch_a_35_percent_slow
     assert gate.seed_file.read_text().strip() == "9"
 
 
+@pytest.mark.long
 def test_results_json_keeps_each_metrics_boot_spreads(gate, tmp_path):
     results = tmp_path / "results"
     assert gate("--perf-update-baselines", "--perf-boots=2", f"--perf-results={results}").ret in (0, 1)

@@ -126,6 +126,7 @@ def test_first_run_has_no_baseline_and_says_how_to_record_one(gate, tmp_path):
     assert "not gated: record one with `pytest perf_tests --perf-update-baselines`" in out
 
 
+@pytest.mark.long
 def test_record_then_pass_then_catch_a_slowdown(gate):
     recorded = gate("--perf-update-baselines")
     recorded.assert_outcomes(passed=3, skipped=3)
@@ -281,6 +282,7 @@ def test_ctrl_c_mid_run_stops_the_server_and_leaves_nothing(pytester, tmp_path):
     assert processes_with(marker) == []
 
 
+@pytest.mark.long
 def test_results_files_and_compare_exit_code(gate, tmp_path, monkeypatch):
     from perfgate.cli import main as perfgate_main
 
@@ -340,6 +342,7 @@ def test_confirm_on_fail_reruns_before_failing(gate):
     assert "Mann-Whitney p=0.012" in out
 
 
+@pytest.mark.long
 def test_the_summary_says_what_explain_stored_and_what_it_compared_with(gate):
     # The slice is the extra repeat's second wave of 16 requests, 17 steps: slowed down to 3-4 s, so
     # that it outlasts the progress tick (0.5 s) that starts the capture and holds the 2 steps profiled.

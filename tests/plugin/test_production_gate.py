@@ -116,6 +116,7 @@ def _values(results_dir: Path, workload: str) -> list[dict[str, float]]:
     return [r["values"] for r in wl["repeats"]]
 
 
+@pytest.mark.long
 def test_shared_prefix_hits_the_cache_and_the_gate_catches_the_cache_turned_off(gate, tmp_path):
     recorded = gate(SHARED_PREFIX, "--perf-update-baselines", f"--perf-results={tmp_path / 'on'}")
     out = recorded.stdout.str()
@@ -150,6 +151,7 @@ def test_shared_prefix_hits_the_cache_and_the_gate_catches_the_cache_turned_off(
     off.assert_outcomes(passed=4, failed=2, skipped=4)
 
 
+@pytest.mark.long
 def test_a_sweep_finds_its_capacity_and_the_gate_catches_a_slowdown_through_it(gate, tmp_path):
     recorded = gate(SWEEP, "--perf-update-baselines", f"--perf-results={tmp_path / 'rec'}", sim=STEEP)
     out = recorded.stdout.str()

@@ -160,6 +160,7 @@ def test_a_sweep_whose_client_set_the_pace_has_no_capacity_to_judge(tmp_path):
     assert all("the load client, not the server, set the pace" in r for r in result.invalid_reasons)
 
 
+@pytest.mark.long
 def test_sweep_bisects_between_the_last_load_within_and_the_first_beyond(tmp_path):
     # Beyond max_running_requests = 24 the first wave's extra requests wait in the queue for the
     # whole wave (96 decode steps, ~700 ms here): of 48 requests, L - 24 wait at concurrency L,

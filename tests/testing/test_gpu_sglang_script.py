@@ -100,6 +100,7 @@ def run_script(tmp_path: Path, profile_text: str = SIM_PROFILE, **env: str) -> s
     )
 
 
+@pytest.mark.long
 def test_every_stage_on_the_simulator_over_two_calls(tmp_path: Path) -> None:
     """Record in one call, gate and regress in a later one against its baselines (a profile with
     boots = 3 on a GPU does not fit one 10-minute device call)."""
@@ -125,6 +126,7 @@ def test_every_stage_on_the_simulator_over_two_calls(tmp_path: Path) -> None:
     assert report["explain"] is False and "explain" not in stages["gate"]["workloads"]["gen-c256-in512-out128"]
 
 
+@pytest.mark.long
 def test_explain_mode_on_the_simulator(tmp_path: Path) -> None:
     """GPU_SGLANG_EXPLAIN=1: gen-c256 alone in every stage; record stores its reference profile,
     gate and regress are diffed against it, and the report carries each slice in brief."""
@@ -207,6 +209,7 @@ def _spread_module() -> object:
     return mod
 
 
+@pytest.mark.long
 def test_noise_boots_on_the_simulator_report_their_spread(tmp_path: Path) -> None:
     # A profile that boots 3 times a side (as the GPU-bound reference does): each noise stage is
     # still one boot, so each boot-N holds that boot's repeats alone.
