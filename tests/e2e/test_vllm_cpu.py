@@ -145,9 +145,11 @@ def test_explain_ranks_what_changed_in_vllms_own_profile(model, tmp_path):
     explained = tmp_path / "vllm-cpu-tiny.toml"
     doc = _toml.loads(PROFILE.read_text())
     doc["explain"] = {"server_trace_dir": str(traces)}
-    # 4 sequences per step instead of 64 cost 75-80 % of the throughput (ratio 0.2-0.25): gated at the
-    # 50 % this check was measured with, not the profile's 70 % (set for boot-to-boot noise).
-    doc["gate"]["tolerance"] |= {"output_throughput": 0.5, "total_throughput": 0.5}
+    # 4 sequences per step instead of 64 cost 50-80 % of the throughput: ratio 0.2-0.25 when first
+    # measured, 0.50 in the CI run of 2026-12-04 (953.5 against 1,903.7 tok/s: a 64-sequence step took
+    # 29.2 ms, a 4-sequence one 3.9 ms), which a 50 % tolerance passed. Gated at 30 %, not the profile's
+    # 70 % (set for boot-to-boot noise): a ratio of 0.5 still fails with 20 points to spare.
+    doc["gate"]["tolerance"] |= {"output_throughput": 0.3, "total_throughput": 0.3}
     # At CI's 9,000-10,000 tok/s the 256-prompt extra repeat lasts about 2 s; once (2026-12-03) it
     # ended before vLLM's profiler started, and no step was profiled in 120 s. 1,024 prompts hold
     # the load about 8 s at that speed.
