@@ -55,7 +55,14 @@
 #                  the raw material of the boot-to-boot noise study (issue #20, item 3); then
 #                  benchmarks/boot_spread.py prints the spread over the boots (WORK/boot-spread.json)
 #   GPU_SGLANG_NOISE_REPEATS repeats per noise boot (default 1; 2 also shows the repeat-to-repeat spread)
-#   GPU_SGLANG_BOOT_S     time limit of one noise boot's stage in seconds (default 150)
+#   GPU_SGLANG_BOOT_S     time limit of one noise boot's stage in seconds (default 150); a noise boot is
+#                  not started with less of the budget left (a boot cut short measures nothing)
+#   GPU_SGLANG_NOISE_AFFINITY CPUS (noise mode): the pinned-vs-unpinned study (issue #29, item 3): each
+#                  boot number runs twice, the profile as it is, then with [server] cpu_affinity = CPUS
+#                  (taskset -c syntax), so the two sides alternate on one machine; their boots go to
+#                  WORK/unpinned/boot-N and WORK/pinned/boot-N, each side with its own boot-spread.json
+#   GPU_SGLANG_NOISE_FIRST which side each boot number starts with: unpinned (default) or pinned (a call
+#                  that fits an odd number of boots, the next call starting with the other side, balances)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -86,6 +93,10 @@ for stage in $STAGES; do
         *) say "GPU_SGLANG_STAGES: unknown stage '$stage' (record, gate, regress)"; exit 2 ;;
     esac
 done
+case ${GPU_SGLANG_NOISE_FIRST:-unpinned} in
+    unpinned | pinned) ;;
+    *) say "GPU_SGLANG_NOISE_FIRST: unknown side '${GPU_SGLANG_NOISE_FIRST}' (unpinned, pinned)"; exit 2 ;;
+esac
 if [ -z "$SLOW_ARGS" ]; then
     say "GPU_SGLANG_SLOW_ARGS is empty: the regress stage needs server flags that make it slower"
     exit 2
@@ -149,6 +160,28 @@ fi
 NOISE_BOOTS=${GPU_SGLANG_NOISE_BOOTS:-0}
 if [ "$NOISE_BOOTS" -gt 0 ] 2>/dev/null; then
     rm -rf "$WORK"/boot-*
+    # Sides: the profile alone (boots in WORK/boot-N), or unpinned and pinned (WORK/SIDE/boot-N).
+    SIDES=(.)
+    AFFINITY=${GPU_SGLANG_NOISE_AFFINITY:-}
+    if [ -n "$AFFINITY" ]; then
+        SIDES=(unpinned pinned)
+        [ "${GPU_SGLANG_NOISE_FIRST:-unpinned}" = pinned ] && SIDES=(pinned unpinned)
+        rm -rf "$WORK"/unpinned "$WORK"/pinned
+        "$PY" - "$PROFILE" "$AFFINITY" "$WORK/pinned.toml" <<'EOF' || { say "cannot write the pinned profile"; exit 2; }
+import sys
+from pathlib import Path
+from perfgate.profile import load_profile
+source, cpus, out = sys.argv[1:]
+if load_profile(source).server.cpu_affinity:
+    sys.exit(f"{source} pins its server already ([server] cpu_affinity): its unpinned side would not be")
+# The key goes first in [server]: the table's other keys and sub-tables stay as they are.
+lines = Path(source).read_text().splitlines(keepends=True)
+at = next(i for i, line in enumerate(lines) if line.strip() == "[server]") + 1
+lines.insert(at, f"cpu_affinity = {cpus!r}\n")
+Path(out).write_text("".join(lines))
+print("pinned profile:", out, "| server CPUs", load_profile(out).server.cpu_affinity)
+EOF
+    fi
     nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,clocks_throttle_reasons.active \
         --format=csv -lms 500 >"$WORK/gpu-clocks.csv" 2>&1 &
     CLOCKS_PID=$!
@@ -156,17 +189,32 @@ if [ "$NOISE_BOOTS" -gt 0 ] 2>/dev/null; then
     # process every second: the leading suspect of the spread is CPU time the server's processes get.
     top -b -d 1 -c -w 300 2>/dev/null | grep --line-buffered -E '^top -|sglang|pytest|perfgate' >"$WORK/top.log" &
     TOP_PID=$!
+    trap 'kill "$CLOCKS_PID" "$TOP_PID" 2>/dev/null; reap' EXIT
+    boot_s=${GPU_SGLANG_BOOT_S:-150}
     expect="{"
     for i in $(seq 1 "$NOISE_BOOTS"); do
-        run_stage "boot-$i" "${GPU_SGLANG_BOOT_S:-150}" "$PY" -m pytest perf_tests "${PLUGIN[@]}" -rA --perf-profile "$PROFILE" \
-            --perf-baselines "$WORK/boot-$i/baselines" --perf-update-baselines \
-            --perf-boots=1 --perf-repeats="${GPU_SGLANG_NOISE_REPEATS:-1}" -k "$C256"
-        expect+="\"boot-$i\": {\"test_run_is_valid[$C256]\": \"passed\"},"
+        for side in "${SIDES[@]}"; do
+            stage=boot-$i
+            [ "$side" != . ] && stage=$side/boot-$i
+            if [ $((DEADLINE_S - SECONDS - 10)) -lt "$boot_s" ]; then
+                say "$stage: not started, less than GPU_SGLANG_BOOT_S=${boot_s}s of the budget left"
+                break 2
+            fi
+            profile=$PROFILE
+            [ "$side" = pinned ] && profile=$WORK/pinned.toml
+            run_stage "$stage" "$boot_s" "$PY" -m pytest perf_tests "${PLUGIN[@]}" -rA --perf-profile "$profile" \
+                --perf-baselines "$WORK/$stage/baselines" --perf-update-baselines \
+                --perf-boots=1 --perf-repeats="${GPU_SGLANG_NOISE_REPEATS:-1}" -k "$C256"
+            expect+="\"$stage\": {\"test_run_is_valid[$C256]\": \"passed\"},"
+        done
     done
     kill "$CLOCKS_PID" "$TOP_PID" 2>/dev/null
-    "$PY" benchmarks/boot_spread.py "$WORK" --workload "$C256" | tee "$WORK/boot-spread.txt"
-    tail -n 1 "$WORK/boot-spread.txt" >"$WORK/boot-spread.json"
-    CONTEXT=$("$PY" -c "import json, sys; print(json.dumps({'script': 'gpu_sglang noise', 'profile': sys.argv[1], 'boots': int(sys.argv[2]), 'wall_s': int(sys.argv[3])}))" "$PROFILE" "$NOISE_BOOTS" "$SECONDS")
+    for side in "${SIDES[@]}"; do
+        [ "$side" != . ] && say "$side boots:"
+        "$PY" benchmarks/boot_spread.py "$WORK/$side" --workload "$C256" | tee "$WORK/$side/boot-spread.txt"
+        tail -n 1 "$WORK/$side/boot-spread.txt" >"$WORK/$side/boot-spread.json"
+    done
+    CONTEXT=$("$PY" -c "import json, sys; print(json.dumps({'script': 'gpu_sglang noise', 'profile': sys.argv[1], 'boots': int(sys.argv[2]), 'pinned_cpus': sys.argv[4] or None, 'wall_s': int(sys.argv[3])}))" "$PROFILE" "$NOISE_BOOTS" "$SECONDS" "$AFFINITY")
     "$PY" benchmarks/_gpu_report.py "$WORK" "${expect%,}}" "$CONTEXT"
     exit $?
 fi

@@ -11,12 +11,15 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from perfgate._cpus import format_cpu_list
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "gpu_sglang.sh"
@@ -155,6 +158,7 @@ def test_explain_mode_on_the_simulator(tmp_path: Path) -> None:
         ({"GPU_SGLANG_SLOW_ARGS": ""}, "GPU_SGLANG_SLOW_ARGS is empty"),
         ({"GPU_SGLANG_STAGES": "record gaet"}, "GPU_SGLANG_STAGES: unknown stage 'gaet' (record, gate, regress)"),
         ({"GPU_SGLANG_WORKLOAD": "gen-c265"}, "GPU_SGLANG_WORKLOAD is not its workload"),
+        ({"GPU_SGLANG_NOISE_FIRST": "pined"}, "GPU_SGLANG_NOISE_FIRST: unknown side 'pined' (unpinned, pinned)"),
         ({"GPU_SGLANG_PROFILE": "/nonexistent.toml"}, "no profile /nonexistent.toml (GPU_SGLANG_PROFILE)"),
     ],
 )
@@ -226,6 +230,39 @@ def test_noise_boots_on_the_simulator_report_their_spread(tmp_path: Path) -> Non
     assert spread["tolerance_floor"] >= -spread["worst_change"] > spread["tolerance_floor"] - 0.01
     assert spread["within_boot"] is not None
     assert "boot spread of output_throughput over 2 boots" in proc.stdout
+
+
+@pytest.mark.long
+def test_noise_boots_alternate_pinned_and_unpinned_on_the_simulator(tmp_path: Path) -> None:
+    # Every CPU this test may use: one CPU of a loaded 2-core machine left the simulator's DCGM
+    # endpoint unanswered for 2 s (the boot invalid, as it should be), and placement is all this checks.
+    cpus = format_cpu_list(os.sched_getaffinity(0))
+    proc = run_script(
+        tmp_path, GPU_SGLANG_NOISE_BOOTS="2", GPU_SGLANG_NOISE_AFFINITY=cpus, GPU_SGLANG_NOISE_FIRST="pinned"
+    )
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert proc.returncode == 0, (report["problems"], proc.stdout[-3000:], proc.stderr[-2000:])
+    assert report["pinned_cpus"] == cpus
+    # One machine, the sides alternating: a drift over the call moves both alike.
+    started = re.findall(r"\] ((?:un)?pinned/boot-\d): \(at most", proc.stdout)
+    assert started == ["pinned/boot-1", "unpinned/boot-1", "pinned/boot-2", "unpinned/boot-2"]
+    work = tmp_path / "work"
+    assert not list(work.glob("boot-*")) and set(report["stages"]) == set(started)
+    for side, placed in (("unpinned", ""), ("pinned", cpus)):
+        spread = json.loads((work / side / "boot-spread.json").read_text())
+        assert spread["ok"] and spread["boots"] == 2 and spread["valid"] == [True, True], spread
+        for boot in ("boot-1", "boot-2"):
+            (doc,) = (json.loads(p.read_text()) for p in (work / side / boot).glob("results-*.json"))
+            assert doc["server"]["cpu_affinity"] == placed, (side, boot, doc["server"])
+
+
+def test_noise_study_refuses_a_profile_that_pins_already(tmp_path: Path) -> None:
+    pinned = SIM_PROFILE.replace("[server]\n", '[server]\ncpu_affinity = "0"\n')
+    assert pinned != SIM_PROFILE
+    proc = run_script(tmp_path, pinned, GPU_SGLANG_NOISE_BOOTS="2", GPU_SGLANG_NOISE_AFFINITY="0")
+    assert proc.returncode == 2, proc.stdout[-3000:]
+    assert "pins its server already ([server] cpu_affinity)" in proc.stderr + proc.stdout
+    assert "cannot write the pinned profile" in proc.stdout and "boot-1" not in proc.stdout
 
 
 def test_boot_spread_arithmetic_and_too_few_boots() -> None:
