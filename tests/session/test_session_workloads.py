@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 from pathlib import Path
 
@@ -189,6 +190,38 @@ def test_sweep_bisects_between_the_last_load_within_and_the_first_beyond(tmp_pat
         "bisected: ran concurrency 28 between 24 and 32",
     ]
     assert result.verdict is not None and result.verdict.metrics[0].status == "no-baseline"
+
+
+@pytest.mark.long
+def test_a_sweep_on_two_boots_runs_every_point_on_both_and_records_its_capacity_per_boot(tmp_path):
+    # As the bisection case above, one bisection step: 32 between 16 and 48 (beyond the SLO).
+    sweep = SWEEP.replace("output_len = 16", "output_len = 96").replace(
+        "slo = { tpot_ms = 1e6 }", "slo = { ttft_ms = 300 }\ncapacity_bisect_steps = 1"
+    )
+    text = PROFILE.format(
+        workloads=sweep, telemetry="", gate="boots = 2", time_scale=0.1, sim="max_running_requests = 24"
+    )
+    profile = parse_profile(text, tmp_path / "s.toml")
+    options = SessionOptions(baselines_dir=tmp_path / "baselines", log_dir=tmp_path / "logs", update_baselines=True)
+    s = Session(profile, options)
+    try:
+        result = s.run_sweep(s.profile.sweeps[0])
+    finally:
+        s.close()
+    # The bisected load too ran on both boots: without them its one repeat cut every capacity but boot 1's.
+    assert [(p.load, p.bisected, [r.boot for r in p.repeats]) for p in result.points] == [
+        (4, False, [1, 2]),
+        (16, False, [1, 2]),
+        (32, True, [1, 2]),
+        (48, False, [1, 2]),
+    ]
+    assert result.within == [[True, True, False, False]] * 2
+    assert result.capacities == [16, 16] and result.capacity_boots() == [1, 2]
+    assert result.recorded and result.verdict is not None
+    (metric,) = result.verdict.metrics
+    assert metric.replicate == "boot" and metric.n_measured == 2, metric
+    stored = json.loads(Path(result.baseline_path).read_text())
+    assert stored["repeats"] == [{"capacity": 16}, {"capacity": 16}] and stored["boots"] == [1, 2]
 
 
 MULTI_TURN = """

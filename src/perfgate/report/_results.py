@@ -161,6 +161,7 @@ def _sweep_json(sw: SweepResult, rules: tuple[MetricRule, ...]) -> dict[str, Any
         "error": sw.error,
         "notes": sw.notes,
         "capacities": sw.capacities,
+        "capacity_boots": sw.capacity_boots(),
         "within": sw.within,
         "fingerprint": plain(sw.fingerprint),
         "baseline": {

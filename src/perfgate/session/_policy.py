@@ -195,11 +195,16 @@ class GatePolicy:
         return {rule.metric for rule in self._rules.get(workload.name, ())}
 
     def save_baseline(
-        self, name: str, fingerprint: Fingerprint, repeats: list[dict[str, float]], rules: Sequence[MetricRule]
+        self,
+        name: str,
+        fingerprint: Fingerprint,
+        repeats: list[dict[str, float]],
+        rules: Sequence[MetricRule],
+        boots: Sequence[int],
     ) -> tuple[Path, str]:
         """Store ``repeats`` (numbers that are not a workload's repeats: a sweep's capacity per
-        repeat) as the baseline of ``name``; returns its path and the store's note. BaselineError
-        when the store refuses (e.g. worse without --perf-accept-regression)."""
+        repeat), measured on ``boots``, as the baseline of ``name``; returns its path and the store's
+        note. BaselineError when the store refuses (e.g. worse without --perf-accept-regression)."""
         path = record_baseline(
             self.store,
             self.profile,
@@ -209,5 +214,6 @@ class GatePolicy:
             server_provenance=self._stack.server().provenance(),
             rules=rules,
             reason=self.options.accept_regression,
+            boots=boots,
         )
         return path, "; ".join(["recorded", *self.store.take_notes()])

@@ -24,18 +24,23 @@ def record_baseline(
     reason: str | None,
     evidence: Mapping[str, Any] | None = None,
     accept_option: str = "--perf-accept-regression",
+    boots: Sequence[int] | None = None,
 ) -> Path:
     """Save ``repeats`` as the baseline of workload (or sweep) ``name`` under ``fingerprint``; return its path.
 
     ``repeats``: measured repeats (their metrics, and their telemetry windows alongside), or
-    numbers that are not a workload's repeats (a sweep's capacity per repeat). The provenance
+    numbers that are not a workload's repeats (a sweep's capacity per repeat), whose boots
+    ``boots`` gives (a RepeatResult carries its own; None: one boot). The provenance
     holds the server's (launch command, versions, autotune, /server_info), who and where,
     ``reason`` when given, and ``evidence`` (e.g. an A/B's) under its own keys. The store
     refuses numbers worse than the stored ones unless ``reason`` is given (BaselineError
     naming ``accept_option``, the option that gives it).
     """
     values = [r.flat_metrics() if isinstance(r, RepeatResult) else dict(r) for r in repeats]
-    boots = [r.boot if isinstance(r, RepeatResult) else 1 for r in repeats]
+    if boots is None:
+        boots = [r.boot if isinstance(r, RepeatResult) else 1 for r in repeats]
+    if len(boots) != len(repeats):
+        raise ValueError(f"{name}: {len(boots)} boot labels for {len(repeats)} repeats")
     telemetry = {
         f"repeat_{i}": window_json(r.telemetry)
         for i, r in enumerate(repeats, start=1)
@@ -53,7 +58,7 @@ def record_baseline(
         telemetry=telemetry,
         provenance=prov,
         # One boot is stored as before boots existed: no "boots" key.
-        boots=boots if len(set(boots)) > 1 else None,
+        boots=list(boots) if len(set(boots)) > 1 else None,
     )
     return store.save(
         baseline, rules=rules, accept_regression=reason, alpha=profile.gate.alpha, accept_option=accept_option

@@ -234,3 +234,7 @@ class SweepResult(Judgement):
 
     def capacity_repeats(self) -> list[dict[str, float]]:
         return [{"capacity": c} for c in self.capacities]
+
+    def capacity_boots(self) -> list[int]:
+        """The boot each capacity was measured on: repeat i of every point ran on the same boot number."""
+        return [self.points[0].repeats[i].boot for i in range(len(self.capacities))] if self.points else []

@@ -7,7 +7,6 @@ The pytest plugin is a thin layer over this class; nothing here imports pytest.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 
 from perfgate.baseline import Baseline, BaselineStore, Fingerprint
 from perfgate.correctness import CorrectnessResult, check_records, off_reason, probe_spec
@@ -392,9 +391,3 @@ class Session:
     def fingerprint(self, spec: Mapping[str, object]) -> Fingerprint:
         """The fingerprint of what ``spec`` measures (a workload's or a sweep's) on this server and hardware."""
         return self.stack.fingerprint(spec)
-
-    def save_baseline(
-        self, name: str, fingerprint: Fingerprint, repeats: list[dict[str, float]], rules: Sequence[MetricRule]
-    ) -> tuple[Path, str]:
-        """Store ``repeats`` as the baseline of ``name`` (see :meth:`GatePolicy.save_baseline`)."""
-        return self.policy.save_baseline(name, fingerprint, repeats, rules)

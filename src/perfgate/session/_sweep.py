@@ -5,7 +5,9 @@ own baseline, so the curve is gated point by point); the capacity adds one numbe
 index: in repeat i, the highest load such that it and every lower load met the SLO in their
 repeat i. Those numbers are judged against the capacity's own baseline with the same noise test
 as any metric. ``capacity_bisect_steps`` runs loads between the last load within the SLO and the
-first beyond it (decided on medians over repeats), halving the gap each time.
+first beyond it (decided on medians over repeats), halving the gap each time. With [gate] boots,
+every point (bisected ones too) runs its repeats on each boot, so repeat i of every point ran on
+the same boot number: each capacity is labelled with it, and the noise test compares boots.
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ class SweepRun:
             result.previous_values = baseline.medians()
 
         def verdict_now() -> WorkloadVerdict[MetricVerdict]:
-            return s.judge(sweep.name, [self.rule], result.capacity_repeats(), baseline, note)
+            return s.judge(sweep.name, [self.rule], result.capacity_repeats(), baseline, note, result.capacity_boots())
 
         max_repeats = s.profile.max_repeats_for(sweep.base)
         result.verdict = s.decide(verdict_now, self._one_more, len(result.capacities), max(max_repeats, self.n))
@@ -82,11 +84,13 @@ class SweepRun:
             self._record()
         return result
 
-    def _run_point(self, load: float, count: int) -> SweepPoint:
+    def _run_point(self, load: float) -> SweepPoint:
+        """A bisected load, run as the profile's points are: its repeats on each of [gate] boots."""
         workload = self.sweep.point(load)
         repeats: list[RepeatResult] = []
-        one = self.stack.repeat_fn(workload, repeats, self.on_progress)
-        for _ in range(count):
+        boots = self.policy.boots
+        one = self.stack.repeat_fn(workload, repeats, self.on_progress, per_boot=self.n if boots > 1 else None)
+        for _ in range(self.n * boots):
             one()
         return SweepPoint(load, workload.name, True, repeats)
 
@@ -101,7 +105,7 @@ class SweepRun:
             mid = bisect_between(points[first_out - 1].load, points[first_out].load, self.sweep.axis == "concurrency")
             if mid is None:
                 return
-            points.insert(first_out, self._run_point(mid, self.n))
+            points.insert(first_out, self._run_point(mid))
             self._bisected.append(
                 f"bisected: ran {self.sweep.axis} {mid:g} between {points[first_out - 1].load:g} "
                 f"and {points[first_out + 1].load:g}"
@@ -140,8 +144,9 @@ class SweepRun:
             result.baseline_note = "not recorded: " + "; ".join(result.invalid_reasons)
             return
         assert result.fingerprint is not None
+        boots = result.capacity_boots()
         path, result.baseline_note = self.policy.save_baseline(
-            self.sweep.name, result.fingerprint, result.capacity_repeats(), [self.rule]
+            self.sweep.name, result.fingerprint, result.capacity_repeats(), [self.rule], boots
         )
         result.recorded, result.baseline_path = True, str(path)
         result.verdict = judge(
@@ -150,4 +155,6 @@ class SweepRun:
             result.capacity_repeats(),
             result.capacity_repeats(),
             alpha=self.policy.profile.gate.alpha,
+            current_boots=boots,
+            baseline_boots=boots,
         )
