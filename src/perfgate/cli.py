@@ -163,7 +163,17 @@ def _compare(args: argparse.Namespace) -> int:
             for side, repeats, path in (("new", now, path_b), ("old", base, path_a)):
                 if not any(metric in r for r in repeats):
                     raise PerfgateError(f"{name}: {metric} is not in the {side} run {path}; it cannot be compared")
-        verdict = judge(name, _rules(b, args.metric), now, base, alpha=args.alpha, inconclusive=args.inconclusive)
+        # Each side's repeats by their boots ([gate] boots): the noise test then compares boot medians.
+        verdict = judge(
+            name,
+            _rules(b, args.metric),
+            now,
+            base,
+            alpha=args.alpha,
+            inconclusive=args.inconclusive,
+            current_boots=b.boots,
+            baseline_boots=a.boots,
+        )
         for v in verdict.metrics:
             if v.status == "no-baseline":
                 print(f"skip {name}: {v.metric} is not in {path_a}; not compared")

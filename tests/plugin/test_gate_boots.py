@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from perfgate.report import read_results
 from tests.plugin.test_gate_run import summary_verdicts
 from tests.support import GATE_PYTEST_ARGS, PERF_TESTS, workload_baselines
 
@@ -132,6 +133,10 @@ def test_results_json_keeps_each_metrics_boot_spreads(gate, tmp_path):
     tpot = next(m for m in workload["verdict"]["metrics"] if m["metric"] == "mean_tpot_ms")
     assert tpot["replicate"] == "boot" and tpot["n_measured"] == 2
     assert tpot["within_boot_spread"] >= 0 and tpot["between_boot_spread"] > 0
+    # Each repeat says its boot, which perfgate compare reads back to judge by boots too.
+    boots = [rep["boot"] for rep in workload["repeats"]]
+    assert boots == sorted(boots) and set(boots) == {1, 2}, boots
+    assert read_results(doc_path).workloads[workload["workload"]].boots == tuple(boots)
 
 
 def test_boots_refused_with_an_attached_server(gate):

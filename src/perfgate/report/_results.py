@@ -18,6 +18,7 @@ from perfgate._json import JSONInputError
 from perfgate._names import file_stem, path_in
 from perfgate.errors import PerfgateError
 from perfgate.load import RequestRecord
+from perfgate.profile import MAX_BOOTS
 from perfgate.report._table import render_markdown, rows
 from perfgate.session import RepeatResult, RunSummary, SweepResult, WorkloadResult, window_json
 from perfgate.verdict import MetricRule
@@ -91,6 +92,8 @@ def repeat_json(rep: RepeatResult, *, stream_requests: bool = False) -> dict[str
     m = rep.metrics
     return {
         "values": rep.flat_metrics(),
+        # Which boot of the server it ran on ([gate] boots): perfgate compare collapses by it.
+        "boot": rep.boot,
         "start_s": rep.load.start_s,
         "end_s": rep.load.end_s,
         "client": plain(rep.load.client),
@@ -281,8 +284,9 @@ _FROM = "pass files written by --perf-results"
 @dataclass(frozen=True)
 class ResultsWorkload:
     """What a results file says of one workload: the rules it was gated on, each repeat's
-    numeric metric values, the error that stopped it ("" if none), why the run was invalid,
-    and the baseline fingerprint (None when the file has none)."""
+    numeric metric values and the boot it ran on (None: one boot, as in files written before
+    boots were), the error that stopped it ("" if none), why the run was invalid, and the
+    baseline fingerprint (None when the file has none)."""
 
     name: str
     rules: tuple[MetricRule, ...]
@@ -290,6 +294,7 @@ class ResultsWorkload:
     error: str
     invalid_reasons: tuple[str, ...]
     fingerprint: dict[str, Any] | None
+    boots: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -352,11 +357,15 @@ def _workload(entry: Any, path: Path) -> ResultsWorkload:
     def malformed(what: str) -> PerfgateError:
         return PerfgateError(f"results {path}: workload {name!r}: {what}; {_FROM}")
 
-    repeats = []
+    repeats, boots = [], []
     for i, rep in enumerate(entry["repeats"], start=1):
         values = rep.get("values") if isinstance(rep, dict) else None
         if not isinstance(values, dict):
             raise malformed(f"repeat {i} has no 'values' table")
+        boot = rep.get("boot", 1)
+        if not isinstance(boot, int) or isinstance(boot, bool) or not 1 <= boot <= MAX_BOOTS:
+            raise malformed(f"repeat {i}'s 'boot' is {boot!r}, not a boot number from 1 to {MAX_BOOTS}")
+        boots.append(boot)
         # NaN was written as null: a value not measured.
         repeats.append(
             {
@@ -379,6 +388,7 @@ def _workload(entry: Any, path: Path) -> ResultsWorkload:
         error=str(entry.get("error") or ""),
         invalid_reasons=tuple(map(str, reasons)),
         fingerprint=fingerprint,
+        boots=tuple(boots) if len(set(boots)) > 1 else None,
     )
 
 
