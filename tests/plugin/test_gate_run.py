@@ -124,6 +124,9 @@ def test_first_run_has_no_baseline_and_says_how_to_record_one(gate, tmp_path):
         **{(WORKLOAD, m): "info" for m in (*INFO, "gpu_power_min_w")},
     }
     assert "not gated: record one with `pytest perf_tests --perf-update-baselines`" in out
+    # perfgate's progress starts on its own line, never after pytest's file name and dots.
+    progress = [line for line in out.splitlines() if "[perfgate] " in line and " requests, " in line]
+    assert progress and all(line.startswith("[perfgate] ") for line in progress), progress[:3]
 
 
 @pytest.mark.long

@@ -7,6 +7,7 @@ seconds so a 10-minute workload is never silent.
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 
 import pytest
 
@@ -47,10 +48,11 @@ class ProgressLine:
             )
 
     def _write(self, text: str) -> None:
-        if self._reporter is None:
+        reporter = self._reporter
+        if reporter is None:
             return
-        if self._capman is not None:
-            with self._capman.global_and_fixture_disabled():
-                self._reporter.write(text, flush=True)
-        else:
-            self._reporter.write(text, flush=True)
+        with self._capman.global_and_fixture_disabled() if self._capman is not None else nullcontext():
+            # pytest's line of a test file ("perf_tests/test_serving.py ..") is ended first, so
+            # perfgate's lines start on their own; pytest begins a new one for the next result.
+            reporter.ensure_newline()
+            reporter.write(text, flush=True)
