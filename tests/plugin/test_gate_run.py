@@ -124,6 +124,11 @@ def test_first_run_has_no_baseline_and_says_how_to_record_one(gate, tmp_path):
         **{(WORKLOAD, m): "info" for m in (*INFO, "gpu_power_min_w")},
     }
     assert "not gated: record one with `pytest perf_tests --perf-update-baselines`" in out
+    # Which tests were skipped, and why, is in the summary, not only how many.
+    skipped = [line for line in out.splitlines() if line.startswith("skipped: test_")]
+    assert len(skipped) == 5, skipped
+    assert any(line.startswith("skipped: test_correctness: correctness probe off") for line in skipped), skipped
+    assert any(line.startswith(f"skipped: test_throughput[{WORKLOAD}]: ") for line in skipped), skipped
     # perfgate's progress starts on its own line, never after pytest's file name and dots.
     progress = [line for line in out.splitlines() if "[perfgate] " in line and " requests, " in line]
     assert progress and all(line.startswith("[perfgate] ") for line in progress), progress[:3]

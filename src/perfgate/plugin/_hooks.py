@@ -235,6 +235,12 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         )
     for note in summary.store_notes:
         terminalreporter.write_line(f"baseline store: {note}")
+    # pytest's own line says only how many were skipped; which and why is part of the verdict.
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = getattr(report, "longrepr", None)
+        reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+        test = getattr(report, "nodeid", "").rpartition("::")[2]
+        terminalreporter.write_line(f"skipped: {test}: {reason.removeprefix('Skipped: ')}")
     for name, err in summary.failures.items():
         # The whole message is in the test report; one line here says which workload it stopped.
         terminalreporter.write_line(f"error: {name}: {err.splitlines()[0]}")
