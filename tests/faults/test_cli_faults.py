@@ -17,8 +17,16 @@ from perfgate.verdict import MetricRule
 TPUT = {"metric": "output_throughput", "direction": "higher", "tolerance": 0.05, "floor": None, "ceiling": None}
 
 
-def results(path: Path, workloads: dict[str, list[float]], *, rules: list[dict] | None = None, error: str = "") -> Path:
-    """A results file as --perf-results writes it (the parts compare reads)."""
+def results(
+    path: Path,
+    workloads: dict[str, list[float]],
+    *,
+    rules: list[dict] | None = None,
+    error: str = "",
+    boots: list[object] | None = None,
+) -> Path:
+    """A results file as --perf-results writes it (the parts compare reads); ``boots`` labels each
+    workload's repeats with their boot (left out: no label, as files written before boots were)."""
     doc = {
         "schema_version": 1,
         "workloads": [
@@ -27,7 +35,9 @@ def results(path: Path, workloads: dict[str, list[float]], *, rules: list[dict] 
                 "rules": rules if rules is not None else [TPUT],
                 "error": error,
                 "repeats": [
-                    {"values": {"completed": 32.0, "output_throughput": v, "mean_tpot_ms": 1000 / v}} for v in values
+                    {"values": {"completed": 32.0, "output_throughput": v, "mean_tpot_ms": 1000 / v}}
+                    | ({"boot": boots[i]} if boots is not None else {})
+                    for i, v in enumerate(values)
                 ],
             }
             for name, values in workloads.items()

@@ -75,21 +75,9 @@ def test_another_schema_or_a_malformed_file_is_one_line(
 
 @pytest.mark.parametrize("boot", [0, 101, "2", 1.5, None])
 def test_a_boot_that_is_no_boot_number_is_refused(tmp_path: Path, boot: object) -> None:
-    path = results(tmp_path / "a.json", {"c64": [1000.0, 990.0]})
-    doc = json.loads(path.read_text())
-    doc["workloads"][0]["repeats"][1]["boot"] = boot
-    path.write_text(json.dumps(doc))
+    path = results(tmp_path / "a.json", {"c64": [1000.0, 990.0]}, boots=[1, boot])
     with pytest.raises(PerfgateError, match=f"repeat 2's 'boot' is {boot!r}, not a boot number from 1 to 100"):
         read_results(path)
-
-
-def _booted(path: Path, values: list[float], boots: list[int] | None) -> Path:
-    results(path, {"c64": values})
-    doc = json.loads(path.read_text())
-    for rep, boot in zip(doc["workloads"][0]["repeats"], boots or [], strict=False):
-        rep["boot"] = boot
-    path.write_text(json.dumps(doc))
-    return path
 
 
 def test_compare_judges_runs_of_several_boots_by_their_boot_medians(
@@ -98,8 +86,8 @@ def test_compare_judges_runs_of_several_boots_by_their_boot_medians(
     old_values = [1000.0, 1002.0, 1100.0, 1098.0, 1050.0, 1052.0]
     new_values = [v * 0.9 for v in old_values]
     boots = [1, 1, 2, 2, 3, 3]
-    old = _booted(tmp_path / "old.json", old_values, boots)
-    new = _booted(tmp_path / "new.json", new_values, boots)
+    old = results(tmp_path / "old.json", {"c64": old_values}, boots=boots)
+    new = results(tmp_path / "new.json", {"c64": new_values}, boots=boots)
     assert read_results(new).workloads["c64"].boots == tuple(boots)
     code = main(["compare", str(old), str(new)])
     out = capsys.readouterr().out
@@ -107,8 +95,8 @@ def test_compare_judges_runs_of_several_boots_by_their_boot_medians(
     # 3 samples twice (p = 0.0011 below).
     assert code == 1 and "Mann-Whitney p=0.05 on 3 vs 3 boots" in out and "between-boot 9.3%" in out, out
     # Files of one boot (none labelled, as before boots existed) are judged by their repeats.
-    old1 = _booted(tmp_path / "old1.json", old_values, None)
-    new1 = _booted(tmp_path / "new1.json", new_values, None)
+    old1 = results(tmp_path / "old1.json", {"c64": old_values})
+    new1 = results(tmp_path / "new1.json", {"c64": new_values})
     assert read_results(new1).workloads["c64"].boots is None
     assert main(["compare", str(old1), str(new1)]) == 1
     out = capsys.readouterr().out
