@@ -101,6 +101,8 @@ def main() -> None:
 
     sim = {
         "zero_cost": True,
+        # The client alone: the toy model's answers would add the server's cost per token.
+        "tape_answers": True,
         "startup_delay_s": 0.1,
         "gpus": 1,
         "max_total_tokens": 100_000_000,

@@ -168,6 +168,8 @@ def main() -> None:
     counts = [int(x) for x in a.streams.split(",")]
     sim = {
         "zero_cost": True,
+        # The client alone: the toy model's answers would add the server's cost per token.
+        "tape_answers": True,
         "startup_delay_s": 0.1,
         "gpus": 1,
         "max_total_tokens": 1_000_000_000,

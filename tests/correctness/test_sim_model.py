@@ -73,3 +73,13 @@ def test_bad_fault_settings_are_refused_with_the_fix(env: dict[str, str], messag
     with pytest.raises(ValueError, match="unset it") as err:
         model_faults_from_env(env)
     assert message in str(err.value)
+
+
+@given(prefixes, st.integers(1, 4096), st.sampled_from([0.0, 0.3]), st.sampled_from([0, 8]), st.booleans())
+def test_the_loads_next_token_is_the_distributions_most_likely(
+    prompt: list[int], batch: int, rate: float, above: int, nan: bool
+) -> None:
+    # The load's answers take the cheap path; scoring them takes the full one: they must agree,
+    # faults included (a batch-dependent one corrupts the load's tokens in a full batch only).
+    model = ToyModel(VOCAB, corrupt_rate=rate, corrupt_above_batch=above, nan_logprobs=nan)
+    assert model.next_token(prompt, batch) == model.distribution(prompt, batch)[0][0][0]

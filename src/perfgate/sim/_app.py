@@ -363,7 +363,8 @@ def _logprob_ask(body: dict[str, Any], kind: type[Req], prompt: list[int]) -> Lo
         top = _int_field(body, "top_logprobs_num", 0, 0) or 0
         start = _int_field(body, "logprob_start_len", -1, -1)
         # SGLang: -1 scores no prompt token (only the output).
-        return LogprobAsk(top, len(prompt) if start is None or start < 0 else min(start, len(prompt)))
+        start = len(prompt) if start is None or start < 0 else min(start, len(prompt))
+        return LogprobAsk(top, start, text=_bool_field(body, "return_text_in_logprobs"))
     if kind is ChatReq:
         if not _bool_field(body, "logprobs"):
             return None
@@ -445,6 +446,8 @@ async def _generation(request: web.Request, kind: type[Req]) -> web.StreamRespon
     req.transport = request.transport
     if ask is not None:
         req.expect(ask, prompt_ids)
+    elif kind is GenerateReq and not (opts.load_one_token or opts.tape_answers):
+        req.follow(prompt_ids)
     if not stream:
         srv.submit(req, prompt_ids)
         outcome = await req.done

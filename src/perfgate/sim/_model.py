@@ -1,11 +1,14 @@
 """The simulator's language model: next-token logprobs as a pure function of the prefix.
 
-Only requests that ask for logprobs (the correctness probe's) are answered by this model; the
-load's requests keep the fixed token tape, so the performance model and its cost are unchanged.
-The model is a hash of the last :data:`CONTEXT` tokens: the same prefix gives the same
-distribution in any request, at any position, on any boot, which is what teacher-forced scoring
-needs. Each context has :data:`TOP_K` likely tokens holding :data:`TOP_MASS` of the probability,
-the rest spread evenly over the vocabulary.
+Every request that carries token ids is answered by this model: the correctness probe's with
+logprobs, the load's ``/generate`` requests with their greedy ids only (:meth:`ToyModel.next_token`,
+a few microseconds a token), so that scoring a load answer teacher-forced finds each of its tokens
+the model's argmax. The OpenAI load streams text without ids and keeps a fixed tape (so does
+``--tape-answers``, for benchmarks of the client alone). The model is a hash of the last
+:data:`CONTEXT` tokens: the same prefix gives the same distribution in any request, at any
+position, on any boot, which is what teacher-forced scoring needs. Each context has :data:`TOP_K`
+likely tokens holding :data:`TOP_MASS` of the probability, the rest spread evenly over the
+vocabulary.
 
 Faults, each a different wrong model (see ``sim._options``):
 - ``corrupt_rate``: that share of contexts swaps its most likely token for another one, and the
@@ -104,6 +107,14 @@ class ToyModel:
         if self.nan_logprobs:
             return [(t, math.nan) for t, _ in top], math.nan
         return top, other + jitter
+
+    def next_token(self, prefix: Sequence[int], batch: int = 1) -> int:
+        """The most likely token after ``prefix`` (``distribution``'s first) without its logprobs:
+        the load's answers ask for none, and the full distribution costs 6x as much."""
+        h = self._context(prefix)
+        if self._corrupted(h, batch):
+            return self.distribution(prefix, batch)[0][0][0]
+        return _mix(h, 0) % self.vocab_size
 
     def score(self, prefix: Sequence[int], token: int, batch: int = 1, top_n: int = 0) -> Scored:
         """``token``'s logprob after ``prefix``, with the ``top_n`` most likely tokens."""

@@ -78,6 +78,7 @@ class SimOptions:
     stream_interval: int
     startup_delay_s: float
     zero_cost: bool
+    tape_answers: bool
     spin_process: bool
     dcgm_names: str
     fail_at_startup: bool
@@ -218,6 +219,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stream-interval", type=_int_at_least(1), default=1)
     p.add_argument("--startup-delay-s", type=_finite(0.0, SECONDS_MAX), default=0.5)
     flag("--zero-cost", "steps take no simulated time")
+    flag(
+        "--tape-answers",
+        "the load's /generate answers are a fixed tape of ids, not the toy model's greedy tokens (which cost the "
+        "server ~2.5 us a token): for benchmarks of the client alone; scoring those answers fails them",
+    )
     flag(
         "--spin-process",
         "a child process titled sim::scheduler spins at 100 %% of a core while the engine has work: a host-bound "

@@ -31,7 +31,7 @@ from perfgate.sim._engine import Engine
 from perfgate.sim._gpus import PowerModel, make_gpus
 from perfgate.sim._kernels import Profiler
 from perfgate.sim._metrics import ServerMetrics
-from perfgate.sim._model import Scored, ToyModel
+from perfgate.sim._model import CONTEXT, Scored, ToyModel
 from perfgate.sim._options import SimOptions
 from perfgate.sim._spin import Spinner
 
@@ -110,6 +110,8 @@ class LogprobAsk:
     top: int
     start: int
     echo: bool = False
+    # SGLang's return_text_in_logprobs: each entry spells its token.
+    text: bool = False
 
 
 def _token_name(token: int) -> str:
@@ -122,6 +124,8 @@ class Req:
 
     __slots__ = (
         "_context",
+        "_ids",
+        "_ids_json",
         "_mid",
         "_prompt_ids",
         "_tail",
@@ -187,6 +191,9 @@ class Req:
         self.ask: LogprobAsk | None = None
         self._prompt_ids: list[int] = []
         self._context: list[int] = []
+        # A load request answered by the model (follow): its ids so far, and as SGLang's JSON list.
+        self._ids: array[int] | None = None
+        self._ids_json = bytearray()
         self.scored_input: list[Scored] = []
         self.scored_output: list[Scored] = []
 
@@ -195,6 +202,19 @@ class Req:
         self.ask = ask
         self._prompt_ids = prompt
         self._context = list(prompt)
+
+    def follow(self, prompt: list[int]) -> None:
+        """Answer this load request with the toy model's greedy ids, each computed in its engine
+        step (a batch-dependent fault corrupts the tokens of a full batch, as it would a real one's)."""
+        self._context = prompt[-CONTEXT:]
+        self._ids = array("q")
+
+    def _next_id(self, batch: int) -> None:
+        assert self._ids is not None
+        token = self.srv.model.next_token(self._context, batch)
+        self._context = [*self._context[1:], token] if len(self._context) >= CONTEXT else [*self._context, token]
+        self._ids_json += b",%d" % token if self._ids else b"%d" % token
+        self._ids.append(token)
 
     def _advance(self, batch: int) -> None:
         """The toy model's next token, computed in a step of ``batch`` requests (the prompt's
@@ -210,6 +230,8 @@ class Req:
     def output_ids(self) -> list[int]:
         if self.ask is not None:
             return [s.token for s in self.scored_output[: self.n]]
+        if self._ids is not None:
+            return self._ids[: self.n].tolist()
         return self.srv.tapes.id_list(self.n)
 
     # -- called by the engine task once per token -----------------------------------
@@ -219,6 +241,8 @@ class Req:
         srv = self.srv
         if self.ask is not None:
             self._advance(srv.step_batch)
+        elif self._ids is not None:
+            self._next_id(srv.step_batch)
         if n == 1:
             self.first_t = now
             self.cached = srv.engine.cached_tokens(self.eid)
@@ -300,7 +324,7 @@ class GenerateReq(Req):
                 b'data: {"text":"',
                 tapes.text[: len(tapes.word) * n],
                 b'","output_ids":[',
-                tapes.ids[: tapes.id_offsets[n]],
+                tapes.ids[: tapes.id_offsets[n]] if self._ids is None else self._ids_json,
                 self._mid,
                 b"%d" % n,
                 self._tail,
@@ -325,8 +349,10 @@ class GenerateReq(Req):
         ask = self.ask
         if ask is not None:
             # SGLang's shapes: [logprob, token id, text] per position (text only with return_text_in_logprobs).
+            spelled = WORD.decode() if ask.text else None
+
             def entry(lp: float | None, token: int) -> list[object]:
-                return [lp, token, None]
+                return [lp, token, spelled]
 
             opts = self.srv.opts
             out = self.scored_output[: self.n if opts.cut_answers is None else min(self.n, opts.cut_answers)]
