@@ -4,16 +4,19 @@ model's; a model's normal answers (the simulator's, one answer repeating a token
 from __future__ import annotations
 
 import json
+from array import array
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import replace
 
 import pytest
 
-from perfgate.load import OutputSample, RequestRecord, degenerate_output, run_workload
+from perfgate.load import KeptAnswer, OutputSample, RequestRecord, RequestSpec, degenerate_output, run_workload
 from perfgate.load._backends import OpenAICompletionsBackend, SGLangBackend, StreamState
+from perfgate.load._plan import answer_sample
 from perfgate.profile import Workload
 from perfgate.server import RunningServer, start_server
+from perfgate.sim._model import ToyModel
 from tests.support import sim_spec
 
 W = Workload(name="w", num_prompts=12, concurrency=4, input_len=16, output_len=8, warmup_requests=0)
@@ -118,3 +121,39 @@ def test_the_simulators_answers_pass_and_its_one_token_fault_does_not(
     else:
         # Text without ids: "XXXXXXXX" could be a model's answer; only scoring the answer would tell.
         assert problem == ""
+
+
+@pytest.mark.parametrize(("requests", "n", "expected"), [(32, 4, {4, 12, 20, 28}), (3, 8, {0, 1, 2}), (10, 0, set())])
+def test_the_answers_kept_are_spread_over_the_measured_requests(requests: int, n: int, expected: set[int]) -> None:
+    assert answer_sample(requests, n) == expected
+
+
+def test_the_sampled_answers_are_kept_whole_and_are_the_simulators_model(
+    sims: tuple[RunningServer, RunningServer],
+) -> None:
+    # The simulator answers the load's /generate with its toy model (the scoring's reference); the
+    # answers kept are the ones sampled, prompt and output ids exactly as sent and streamed.
+    sim, _ = sims
+    run = run_workload(sim.base_url, W, model=sim.model, keep_answers=4)
+    assert run.kept_for == answer_sample(W.num_prompts, 4) == {1, 4, 7, 10}
+    kept = {r.index: r.kept for r in run.records if r.kept is not None}
+    assert set(kept) == run.kept_for
+    model = ToyModel(151552)  # the simulator's default vocabulary (GLM-5's)
+    for answer in kept.values():
+        assert len(answer.prompt_ids) == W.input_len
+        assert list(answer.output_ids) == [s.token for s in model.greedy(list(answer.prompt_ids), W.output_len)]
+    # OpenAI streams carry text alone: nothing to keep.
+    oai = run_workload(sim.base_url, replace(W, backend="openai-completions"), model=sim.model, keep_answers=4)
+    assert all(r.ok and r.kept is None for r in oai.records)
+
+
+def test_an_answer_whose_last_chunk_holds_only_its_last_ids_is_not_kept() -> None:
+    # --incremental-streaming-output: the final chunk's output_ids are the last delta, not the answer.
+    spec = RequestSpec([5, 6, 7], 4)
+    whole = StreamState(server_tokens=4, answer={"output_ids": [1, 2, 3, 4], "text": "abcd"})
+    expected = KeptAnswer(array("i", [5, 6, 7]), array("i", [1, 2, 3, 4]), "abcd")
+    assert SGLangBackend("m", True, {}).kept_answer(spec, whole) == expected
+    delta = StreamState(server_tokens=4, answer={"output_ids": [4], "text": "d"})
+    assert SGLangBackend("m", True, {}).kept_answer(spec, delta) is None
+    odd = StreamState(server_tokens=2, answer={"output_ids": [1, "2"], "text": "ab"})
+    assert SGLangBackend("m", True, {}).kept_answer(spec, odd) is None

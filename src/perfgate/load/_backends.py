@@ -8,13 +8,14 @@ server (meta_info / usage) or stay None, and the result says so.
 from __future__ import annotations
 
 import json
+from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from perfgate._redact import SECRETS
 from perfgate.load._dataset import RequestSpec
-from perfgate.load._records import OutputSample
+from perfgate.load._records import KeptAnswer, OutputSample
 
 
 @dataclass(slots=True)
@@ -66,6 +67,11 @@ class Backend:
         """What the finished stream said about its content: OpenAI APIs stream text without ids,
         so only whether text came for the tokens the server counted."""
         return OutputSample(ids=0, one_id=None, tokens=state.server_tokens or 0, text=state.content_chunks > 0)
+
+    def kept_answer(self, spec: RequestSpec, state: StreamState) -> KeptAnswer | None:
+        """The prompt's and the whole answer's ids, when the stream carried them all (the OpenAI
+        APIs stream text alone: None)."""
+        return None
 
     def _merge(self, body: dict[str, Any]) -> dict[str, Any]:
         body.update(self.extra_body)
@@ -222,6 +228,20 @@ class SGLangBackend(Backend):
         # list.count runs in C: one pass over the ids per request, none per chunk.
         one_id = first if isinstance(first, int) and ids.count(first) == len(ids) else None
         return OutputSample(len(ids), one_id, len(ids), text != "" if isinstance(text, str) else None)
+
+    def kept_answer(self, spec: RequestSpec, state: StreamState) -> KeptAnswer | None:
+        """None also where the last chunk's ids are not the whole answer (the server's
+        --incremental-streaming-output sends the last delta only)."""
+        answer = state.answer or {}
+        ids = answer.get("output_ids")
+        if (
+            not isinstance(ids, list)
+            or len(ids) != state.server_tokens
+            or not all(type(t) is int and 0 <= t < 2**31 for t in ids)
+        ):
+            return None
+        text = answer.get("text")
+        return KeptAnswer(array("i", spec.input_ids), array("i", ids), text if isinstance(text, str) else None)
 
 
 # Usage on every chunk (SGLang 0.5.x and vLLM honour it; servers that do not just send the

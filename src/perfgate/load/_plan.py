@@ -25,6 +25,13 @@ def repeat_seed_offset(repeat: int) -> int:
     return repeat * _REPEAT_SEED_STRIDE
 
 
+def answer_sample(requests: int, n: int) -> frozenset[int]:
+    """``n`` request indices spread evenly over ``requests`` measured ones, each in the middle of
+    its share: requests sent while the batch is full, not only its ramp up and down."""
+    n = min(n, requests)
+    return frozenset((2 * j + 1) * requests // (2 * n) for j in range(n)) if n else frozenset()
+
+
 def warmup_seed_offset(repeat_offset: int, round_index: int = 0) -> int:
     """The seed offset of warmup round ``round_index`` of the repeat whose prompts start at ``repeat_offset``."""
     return repeat_offset + _WARMUP_SEED_OFFSET + round_index * _WARMUP_ROUND_SEED_STRIDE
@@ -48,6 +55,8 @@ class LoadPlan:
     keep_alive: bool
     # The cache flush's headers (an admin endpoint); None: the requests' own.
     flush_headers: Mapping[str, str] | None = None
+    # Indices of the measured requests whose whole answers are kept (RequestRecord.kept).
+    keep_answers: frozenset[int] = frozenset()
 
     @property
     def tokenizer(self) -> ServerTokenizer | None:

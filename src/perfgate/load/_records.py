@@ -24,6 +24,17 @@ class OutputSample:
     text: bool | None
 
 
+@dataclass(frozen=True, slots=True)
+class KeptAnswer:
+    """A sampled request's prompt and answer ids, kept whole to be scored teacher-forced after the
+    run (``LoadPlan.keep_answers``): the rest keep only their :class:`OutputSample`."""
+
+    prompt_ids: array[int]
+    output_ids: array[int]
+    # The answer's whole text, as streamed (None: the stream carried no text field).
+    text: str | None = None
+
+
 @dataclass(slots=True)
 class RequestRecord:
     """What the client saw of one request.
@@ -49,6 +60,8 @@ class RequestRecord:
     retried: bool = False
     # None when the answer carried nothing to check (an SGLang server that sends no output_ids).
     output: OutputSample | None = None
+    # The whole answer, for the few requests sampled to be scored (None for the others).
+    kept: KeptAnswer | None = None
 
     def add_chunk(self, offset_s: float, tokens: int) -> None:
         """Record a chunk that arrived ``offset_s`` after the start carrying ``tokens`` (>= 1) tokens."""

@@ -11,7 +11,7 @@ from perfgate.errors import LoadError
 from perfgate.load._backends import BACKENDS
 from perfgate.load._loop import run as run_loop
 from perfgate.load._phase import Measurement, ProgressSink, measure, measured_jobs, prepared, warm_up
-from perfgate.load._plan import LoadPlan, repeat_seed_offset
+from perfgate.load._plan import LoadPlan, answer_sample, repeat_seed_offset
 from perfgate.load._records import RequestRecord
 from perfgate.load._selfcheck import ClientLimits, ClientStats, merge_client_stats
 from perfgate.load._shard import run_sharded, worker_concurrency
@@ -38,6 +38,8 @@ class LoadRun:
     notes: list[str] = field(default_factory=list)
     # warmup = "steady": its rounds (None for a fixed count of warmup requests).
     steady_warmup: SteadyWarmup | None = None
+    # The measured requests sampled to keep their whole answers (RequestRecord.kept).
+    kept_for: frozenset[int] = frozenset()
 
     @property
     def duration_s(self) -> float:
@@ -55,6 +57,7 @@ def run_workload(
     on_progress: ProgressSink | None = None,
     repeat: int = 0,
     keep_alive: bool = True,
+    keep_answers: int = 0,
 ) -> LoadRun:
     """Run ``workload`` (warmup, optional cache flush, measured phase) against ``base_url``.
 
@@ -63,7 +66,8 @@ def run_workload(
     ``repeat`` changes the prompts' seed so repeats do not hit identical prompts.
     ``api_key_env`` / ``admin_api_key_env`` name the variables holding the bearer tokens of the
     requests / of the cache flush (an admin endpoint; the API key when no admin key is named).
-    ``keep_alive`` = False gives every request a connection of its own.
+    ``keep_alive`` = False gives every request a connection of its own. ``keep_answers``: how many
+    measured requests, spread over the run, keep their whole answers (``RequestRecord.kept``).
     """
     n = workload.client_processes
     if n != "auto" and n > workload.concurrency:
@@ -82,6 +86,7 @@ def run_workload(
         seed_offset=repeat_seed_offset(repeat),
         keep_alive=keep_alive,
         flush_headers=flush_headers,
+        keep_answers=answer_sample(workload.num_prompts, keep_answers),
     )
     check_ports(plan)
     notes = []
@@ -158,4 +163,5 @@ def _load_run(plan: LoadPlan, measured: Measurement) -> LoadRun:
         flushed_cache=plan.workload.flush_cache,
         notes=notes,
         steady_warmup=measured.steady,
+        kept_for=plan.keep_answers,
     )

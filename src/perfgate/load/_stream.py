@@ -184,6 +184,8 @@ class Streamer:
             rec.spread_tokens(state.server_tokens)
         rec.output_tokens = state.server_tokens
         rec.output = plan.backend.output_sample(state)
+        if index in plan.keep_answers and not state.error:
+            rec.kept = plan.backend.kept_answer(spec, state)
         if state.server_prompt_tokens is not None:
             rec.input_tokens = state.server_prompt_tokens
         rec.error = state.error or self._completeness_error(state, spec.input_len, max_tokens)
