@@ -353,15 +353,28 @@ def test_correctness_fails_a_wrong_model_under_the_same_name(
     with ExitStack() as stack:
         # Probes alone from here (nothing timed): both boots at once.
         servers = start_servers({name: spec(name) for name in ("nan", "bf16")}, tmp_path, stack)
+        # The NaN model through the load as well (issue 34): one repeat of the native workload,
+        # whose own answers are checked and scored.
         nan = gate(
-            release.profile, recorded.baselines, f"--perf-base-url={servers['nan'].base_url}", "-k", "correctness"
+            release.profile,
+            recorded.baselines,
+            f"--perf-base-url={servers['nan'].base_url}",
+            "--perf-repeats=1",
+            "-rfE",
+            "-k",
+            f"correctness or {WORKLOADS[0]}",
         )
         url = servers["bf16"].base_url
         bf16 = gate(release.profile, recorded.baselines, f"--perf-base-url={url}", "-k", "correctness")
         strict = gate(exact, recorded.baselines, f"--perf-base-url={url}", "-k", "correctness")
     release.assert_no_leftovers("the wrong models' servers")
-    expect_outcomes(nan, failed=1, deselected=9)
-    assert "correctness_nonfinite" in failures(nan)
+    out = failures(nan)
+    assert "correctness_nonfinite" in out
+    # The workload fails on its own answers: no model's (one id throughout) or, scored, NaN.
+    assert re.search(rf"FAILED \S+::test_run_is_valid\[{WORKLOADS[0]}\]", out), out[-4000:]
+    assert re.search(
+        rf"workload {WORKLOADS[0]}: the load's answers are not (a model's|the model's greedy tokens)", out
+    ), out[-4000:]
     # The profile serves float32 (--dtype float32): the bfloat16 weights move logprobs by ~4e-6, far
     # inside the default limits.
     expect_outcomes(bf16, passed=1, deselected=9)

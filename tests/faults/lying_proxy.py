@@ -1,10 +1,13 @@
 """A proxy in front of an SGLang-shaped server that rewrites the load's answers (issue 34 item 2).
 
-    python tests/faults/lying_proxy.py --upstream http://127.0.0.1:P --port Q
+    python tests/faults/lying_proxy.py --upstream http://127.0.0.1:P --port Q [--rewrite one|shift|text]
 
 Every streamed ``/generate`` chunk of a request that asks for no logprobs (the load's) leaves
-with each output id replaced by 1000 and its text by as many "X"; requests asking for logprobs
-(the correctness probe's) and every other path pass through unchanged.
+rewritten; requests asking for logprobs (the correctness probe's, and the scoring of the load's
+answers) and every other path pass through unchanged. ``one`` (default): each output id becomes
+1000 and the text as many "X" (degenerate: one id throughout). ``shift``: each id becomes the next
+one, the text stays (plausible answers of the wrong tokens: only scoring them shows it). ``text``:
+the ids stay, the text becomes other words (text that does not spell the ids).
 """
 
 from __future__ import annotations
@@ -20,14 +23,19 @@ ONE_ID = 1000
 _HOP = {"content-length", "transfer-encoding", "connection", "content-encoding"}
 
 
-def _rewrite(line: bytes) -> bytes:
+def _rewrite(line: bytes, how: str) -> bytes:
     if not line.startswith(b"data: {"):
         return line
     obj = json.loads(line[6:])
     if isinstance(obj.get("output_ids"), list):
         n = len(obj["output_ids"])
-        obj["output_ids"] = [ONE_ID] * n
-        obj["text"] = "X" * n
+        if how == "shift":
+            obj["output_ids"] = [t + 1 for t in obj["output_ids"]]
+        elif how == "text":
+            obj["text"] = " lorem" * n
+        else:
+            obj["output_ids"] = [ONE_ID] * n
+            obj["text"] = "X" * n
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n"
 
 
@@ -43,7 +51,7 @@ async def _forward(request: web.Request) -> web.StreamResponse:
         )
         await resp.prepare(request)
         async for line in upstream.content:
-            await resp.write(_rewrite(line) if lie else line)
+            await resp.write(_rewrite(line, request.app["rewrite"]) if lie else line)
         await resp.write_eof()
         return resp
 
@@ -58,9 +66,11 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--upstream", required=True)
     p.add_argument("--port", type=int, required=True)
+    p.add_argument("--rewrite", choices=("one", "shift", "text"), default="one")
     args = p.parse_args()
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app["upstream"] = args.upstream.rstrip("/")
+    app["rewrite"] = args.rewrite
     app.cleanup_ctx.append(_session)
     app.router.add_route("*", "/{tail:.*}", _forward)
     web.run_app(app, host="127.0.0.1", port=args.port, print=None)

@@ -178,27 +178,49 @@ def test_load_answers_rewritten_to_one_token_fail_the_run_while_the_probe_passes
     assert gate.baseline_bytes() == recorded
 
 
-def test_a_proxy_rewriting_the_loads_answers_to_one_token_fails_the_run(
-    gate: Gate, tmp_path_factory: pytest.TempPathFactory
+@pytest.mark.parametrize(
+    ("rewrite", "message"),
+    [
+        # The case of issue 34 as it was found; before, exit 0.
+        (
+            "one",
+            "repeat 1: workload c16-in32-out16: the load's answers are not a model's: every output token of all 32 "
+            "completed answers is token id 1000; first: request 0, positions 0-15",
+        ),
+        # Plausible answers of the wrong tokens: only the sampled answers, scored, show it.
+        (
+            "shift",
+            "repeat 1: workload c16-in32-out16: the load's answers are not the model's greedy tokens: request 1, "
+            "output position 0: it answered token ",
+        ),
+        # The model's ids, other text: the text must hold the tokens' texts as the server spells them.
+        (
+            "text",
+            "repeat 1: workload c16-in32-out16: the load's answers' text does not spell their ids: request 1: 0 of 16 "
+            "of its tokens' texts",
+        ),
+    ],
+)
+def test_a_proxy_rewriting_the_loads_answers_fails_the_run(
+    gate: Gate, tmp_path_factory: pytest.TempPathFactory, rewrite: str, message: str
 ) -> None:
-    # The case of issue 34 as it was found: a proxy in front of the server; before, exit 0.
     with ExitStack() as stack:
         sim = start_server(sim_spec(), log_dir=tmp_path_factory.mktemp("sim"), stack=stack)
         port = free_port()
         proxy = subprocess.Popen(
-            [sys.executable, str(LYING_PROXY), "--upstream", sim.base_url, "--port", str(port)],
+            [sys.executable, str(LYING_PROXY), "--upstream", sim.base_url, "--port", str(port), "--rewrite", rewrite],
             stdout=subprocess.DEVNULL,
         )
         stack.callback(proxy.wait, timeout=10)
         stack.callback(proxy.kill)
         url = f"http://127.0.0.1:{port}"
         _wait_for(url + "/health")
-        outcome = gate.run(kind="attach", server=f'base_url = "{url}"')
+        # The probe on (opt-in when attached): its requests, and the scoring's, pass through.
+        probe = _PROBE + "enabled = true\n"
+        outcome = gate.run("-rfE", kind="attach", server=f'base_url = "{url}"', correctness=probe)
     assert outcome.ret == int(pytest.ExitCode.TESTS_FAILED), outcome.out[-3000:]
-    assert (
-        "repeat 1: workload c16-in32-out16: the load's answers are not a model's: every output token of all 32 "
-        "completed answers is token id 1000; first: request 0, positions 0-15"
-    ) in outcome.out, outcome.out[-3000:]
+    assert message in outcome.out, outcome.out[-3000:]
+    assert re.search(r"FAILED \S+::test_run_is_valid\[c16-in32-out16\]", outcome.out), outcome.out[-3000:]
     assert "Traceback" not in outcome.out
 
 

@@ -16,10 +16,13 @@ Public API:
 - :class:`ProbeRecord` (the reference; ``to_dict``/``from_dict``), :func:`judge_probe` (outcome ->
   verdict), :class:`CorrectnessResult` (what the gate reports);
 - :func:`gate` (one session's step: reference, probe, judge, record), :func:`load_record`,
-  :func:`save_record`, :func:`check_records` (the stored reference, a baseline named :data:`NAME`).
+  :func:`save_record`, :func:`check_records` (the stored reference, a baseline named :data:`NAME`);
+- :func:`check_load_answers` / :func:`score_answers` (async): the load's own sampled answers
+  (:class:`LoadAnswer`) scored teacher-forced against the server itself -> :class:`AnswerCheck`.
 """
 
 from perfgate.correctness._adapters import Position, ProbeClient, open_client
+from perfgate.correctness._answers import AnswerCheck, LoadAnswer, check_load_answers, score_answers
 from perfgate.correctness._compare import Finding, PassResult, PromptAgreement
 from perfgate.correctness._gate import DEGENERATE, gate, run_probe
 from perfgate.correctness._probe import ProbeOutcome, probe
@@ -31,9 +34,11 @@ from perfgate.correctness._verdict import NAME, CorrectnessResult, judge_probe, 
 __all__ = [
     "DEGENERATE",
     "NAME",
+    "AnswerCheck",
     "Api",
     "CorrectnessResult",
     "Finding",
+    "LoadAnswer",
     "PassResult",
     "Position",
     "ProbeClient",
@@ -43,6 +48,7 @@ __all__ = [
     "Prompt",
     "PromptAgreement",
     "PromptRecord",
+    "check_load_answers",
     "check_records",
     "gate",
     "judge_probe",
@@ -54,4 +60,5 @@ __all__ = [
     "rules",
     "run_probe",
     "save_record",
+    "score_answers",
 ]

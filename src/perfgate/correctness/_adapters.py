@@ -37,6 +37,8 @@ class Position:
     token: int
     logprob: float
     top: tuple[tuple[int, float], ...] = ()
+    # The token as the server's tokenizer spells it (SGLang's return_text_in_logprobs); None: not given.
+    text: str | None = None
 
     @property
     def argmax(self) -> int | None:
@@ -232,7 +234,8 @@ class SGLangClient(_Http):
             top: tuple[tuple[int, float], ...] = ()
             if tops is not None and i < len(tops) and tops[i] is not None:
                 top = tuple((_token(t[1]), _number(t[0])) for t in _list(tops[i], f"top logprobs {i}"))
-            out.append(Position(_token(e[1]), _number(e[0]), top))
+            text = e[2] if len(e) > 2 and isinstance(e[2], str) else None
+            out.append(Position(_token(e[1]), _number(e[0]), top, text))
         return out
 
     async def generate(self, prompt: Prompt, n: int) -> list[Position]:
@@ -266,6 +269,8 @@ class SGLangClient(_Http):
             # From the prompt's last token: whether a server's first scored entry is the one at the
             # offset (and whether it has a logprob) differs; _tail takes the tokens' own entries.
             "logprob_start_len": max(0, len(prompt.ids) - 1),
+            # Each token's text, as the tokenizer spells it: a streamed answer's text must hold it.
+            "return_text_in_logprobs": True,
             "stream": False,
         }
         data = await self.post(self._PATH, body, prompt)

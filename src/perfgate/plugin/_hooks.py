@@ -209,6 +209,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for res in summary.workloads:
         for note in dict.fromkeys(note for rep in res.repeats for note in rep.notes()):
             terminalreporter.write_line(f"note: {res.workload}: {note}")
+        answers = res.answers_summary()
+        if answers:
+            terminalreporter.write_line(f"load answers: {res.workload}: {answers}")
         host_bound = res.host_bound_summary()
         if host_bound:
             terminalreporter.write_line(f"{res.workload}: {host_bound}")

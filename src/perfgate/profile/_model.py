@@ -614,6 +614,12 @@ class CorrectnessSpec:
         "keeps the greedy view only, for an engine that dies scoring given tokens; needs reason",
         default=True,
     )
+    load_answers: int = key(
+        integer(0, 1024),
+        "load requests per repeat whose answers are scored teacher-forced after the measured phase: each "
+        "greedy token must be the server's argmax (workloads on SGLang's /generate; 0: none)",
+        default=8,
+    )
     near_tie_nats: float = key(
         number(0.0, FACTOR_MAX),
         "two answers that part where the top two tokens are closer than this (nats) part benignly",

@@ -137,6 +137,8 @@ class GatePolicy:
             # Numbers measured on answers no model gave describe no server worth gating (issue 34).
             if degenerate := degenerate_output(workload.name, r.load.records):
                 reasons.append(f"repeat {i}: {degenerate}")
+            if r.answers is not None and r.answers.problem:
+                reasons.append(f"repeat {i}: {r.answers.problem}")
             reasons += [f"repeat {i}: {why}" for why in r.warmup_and_stall_reasons()]
             client = r.load.client
             if not client.valid:

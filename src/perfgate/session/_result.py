@@ -8,6 +8,7 @@ from typing import Any
 
 from perfgate._stats import median
 from perfgate.baseline import Fingerprint
+from perfgate.correctness import AnswerCheck
 from perfgate.explain import ExplainResult
 from perfgate.load import LoadRun
 from perfgate.metrics import ServingMetrics, TokenGap
@@ -61,6 +62,9 @@ class RepeatResult:
     host_cpu: HostCpuWindow | None = None
     host_cpu_note: str = ""
     host_bound: str = ""
+    # A sample of the load's answers scored teacher-forced after the measured phase (issue 34);
+    # None when the workload asked for none.
+    answers: AnswerCheck | None = None
 
     def flat_metrics(self) -> dict[str, float]:
         """Every number of this repeat under its metric name: serving metrics, then telemetry and the server's."""
@@ -183,6 +187,24 @@ class WorkloadResult(Judgement):
             return ""
         worst = max(found, key=_busiest_share)
         return f"{worst.host_bound} ({len(found)} of {len(self.repeats)} repeats)"
+
+    def answers_summary(self) -> str:
+        """One line for the summary: the load's answers scored over all repeats ("" when none were asked for)."""
+        checks = [rep.answers for rep in self.repeats if rep.answers is not None]
+        if not checks:
+            return ""
+        total = AnswerCheck(
+            sum(c.requests for c in checks),
+            sum(c.positions for c in checks),
+            sum(c.mismatches for c in checks),
+            sum(c.nonfinite for c in checks),
+            note="; ".join(dict.fromkeys(c.note for c in checks if c.note)),
+            text_checked=sum(c.text_checked for c in checks),
+            text_unspelled=sum(c.text_unspelled for c in checks),
+            duration_s=sum(c.duration_s for c in checks),
+        )
+        failed = sum(1 for c in checks if c.problem)
+        return total.line() + (f"; {failed} of {len(checks)} repeats not the model's" if failed else "")
 
     def verdict_medians(self) -> dict[str, float | None]:
         """Median over repeats of every gated metric (None where not measured)."""
