@@ -105,7 +105,7 @@ def main() -> None:
         "tape_answers": True,
         "startup_delay_s": 0.1,
         "gpus": 1,
-        "max_total_tokens": 100_000_000,
+        "max_total_tokens": 10_000_000,  # the most the simulator takes (perfgate._limits.LENGTH_MAX)
         "max_running_requests": a.concurrency,
     }
     spec = ServerSpec(kind="simulator", sim=sim, startup_timeout_s=60.0, shutdown_timeout_s=10.0)

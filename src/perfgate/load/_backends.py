@@ -127,9 +127,11 @@ def _tail_count(payload: bytes, key: bytes, meta: int, last: int) -> int | None:
     return int(number)
 
 
-def _running_counts(payload: bytes) -> tuple[int, int | None] | None:
+def _running_counts(payload: bytes, prompt: bool = True) -> tuple[int, int | None] | None:
     """``meta_info``'s (completion_tokens, prompt_tokens or None when absent) of a /generate chunk
     that is neither the last nor an error, read from the bytes; None means "parse the JSON instead".
+    ``prompt`` = False leaves prompt_tokens unread (None): once a stream has said it, its later
+    chunks repeat it, and the last chunk, parsed whole, says it again for the completeness check.
 
     /generate chunks repeat the whole text and output_ids so far, so a JSON parse per chunk
     costs O(length) and would dominate the client's CPU. Inside a JSON string every ``"`` is
@@ -154,7 +156,7 @@ def _running_counts(payload: bytes) -> tuple[int, int | None] | None:
     if fr < 0 or not payload.startswith(b"null", fr + len(_FR_KEY)):
         return None
     ct = _tail_count(payload, _CT_KEY, meta, last)
-    pt = _tail_count(payload, _PT_KEY, meta, last)
+    pt = _tail_count(payload, _PT_KEY, meta, last) if prompt else _ABSENT
     if ct is None or ct == _ABSENT or pt is None or payload.find(b'"error"', 0, meta) >= 0:
         return None
     return ct, None if pt == _ABSENT else pt
@@ -176,7 +178,8 @@ class SGLangBackend(Backend):
         )
 
     def feed(self, payload: bytes, state: StreamState) -> int:
-        counts = _running_counts(payload)
+        # prompt_tokens until known: 0.7 us a chunk (a third of the fast path) for a number that repeats.
+        counts = _running_counts(payload, state.server_prompt_tokens is None)
         if counts is None:
             return self.feed_parsed(json.loads(payload), state)
         ct, pt = counts

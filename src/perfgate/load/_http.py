@@ -46,6 +46,10 @@ class Fed(IntEnum):
     OVER = 2
 
 
+# The members as plain module names: an enum member read through its class costs 0.1 us in
+# CPython 3.11 (a descriptor), once or twice per streamed chunk (measured).
+OVER, PROGRESS, NOTHING = Fed.OVER, Fed.PROGRESS, Fed.NOTHING
+
 Sink = Callable[[bytes, float], Fed]
 """Takes a 200 response's body bytes and the time.monotonic() of the read that brought them;
 says whether they made progress or ended the stream."""
@@ -248,7 +252,7 @@ class _Connection(asyncio.Protocol):
             if fed:
                 ex.last_s = ex.now
                 ex.idle_bytes = 0
-            if fed is Fed.OVER:
+            if fed is OVER:
                 ex.over = True
                 self._resolve(ex)
         elif len(ex.buffer) < _ERROR_BODY_BYTES:

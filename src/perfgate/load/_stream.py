@@ -13,7 +13,7 @@ from perfgate._redact import SECRETS
 from perfgate.errors import LoadError
 from perfgate.load._backends import StreamState
 from perfgate.load._dataset import RequestSpec
-from perfgate.load._http import Fed, HTTPFailure, Pool, Response, Sink
+from perfgate.load._http import NOTHING, OVER, PROGRESS, Fed, HTTPFailure, Pool, Response, Sink
 from perfgate.load._plan import LoadPlan
 from perfgate.load._records import RequestRecord
 
@@ -73,7 +73,7 @@ class EventReader:
                 return self._over(offset_s)
             if n:
                 rec.add_chunk(offset_s, n)
-        return Fed.PROGRESS if state.progress() != mark else Fed.NOTHING
+        return PROGRESS if state.progress() != mark else NOTHING
 
     def _split(self, data: bytes) -> list[bytes]:
         """The payloads of the complete ``data:`` lines; a partial last line waits for the next read."""
@@ -84,7 +84,7 @@ class EventReader:
     def _over(self, offset_s: float) -> Fed:
         self._rec.latency_s = offset_s
         self.finished = True
-        return Fed.OVER
+        return OVER
 
     def end(self, now_s: float) -> None:
         """The body ended at ``now_s``: a last event without its newline still counts."""
