@@ -125,15 +125,24 @@ async def drive(url: str, path: str, body: dict[str, object]) -> list[tuple[floa
 
 
 def chunk_cost() -> dict[str, float]:
+    """The server's CPU per chunk on each endpoint; ``generate_tape``: /generate answered from the
+    fixed tape (``--tape-answers``, as the client benchmarks run it) instead of the toy model."""
     out: dict[str, float] = {}
-    with simulator("--zero-cost", "true") as (url, pid):
-        asyncio.run(drive(url, *ENDPOINTS["generate"]))  # warm up: imports, token tapes
-        for name, (path, body) in ENDPOINTS.items():
-            before = cpu_s(pid)
-            chunks = sum(r[3] for r in asyncio.run(drive(url, path, body)))
-            used = cpu_s(pid) - before
-            out[f"{name}_server_cpu_us_per_chunk"] = round(used / chunks * 1e6, 2)
-            print(f"{name}: {chunks} chunks, server CPU {used:.2f} s = {used / chunks * 1e6:.1f} us/chunk", flush=True)
+    runs = [((), tuple(ENDPOINTS)), (("--tape-answers", "true"), ("generate",))]
+    for extra, names in runs:
+        with simulator("--zero-cost", "true", *extra) as (url, pid):
+            asyncio.run(drive(url, *ENDPOINTS["generate"]))  # warm up: imports, token tapes
+            for name in names:
+                path, body = ENDPOINTS[name]
+                before = cpu_s(pid)
+                chunks = sum(r[3] for r in asyncio.run(drive(url, path, body)))
+                used = cpu_s(pid) - before
+                label = name + ("_tape" if extra else "")
+                out[f"{label}_server_cpu_us_per_chunk"] = round(used / chunks * 1e6, 2)
+                print(
+                    f"{label}: {chunks} chunks, server CPU {used:.2f} s = {used / chunks * 1e6:.1f} us/chunk",
+                    flush=True,
+                )
     return out
 
 
