@@ -114,7 +114,18 @@ def _run_one(url: str, sim_pid: int, streams: int, output_len: int) -> dict:
     argv = [sys.executable, __file__, "--worker-url", url, "--streams", str(streams), "--output-len", str(output_len)]
     # (monotonic, simulator CPU s, client tree: RSS MB, s on a CPU, s waiting for one)
     samples: list[tuple[float, float, float, float, float]] = []
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
+    # The client in a session of its own, so a scheduling group (autogroup) of its own, as a client
+    # beside a server on other cores would be: in one group with the zero-cost simulator (perfgate
+    # keeps launched servers in its session since 8e36bd6), the kernel splits the two cores nine
+    # ways and the simulator, which needs a whole core, became the limit: 52k -> 36-42k chunks/s
+    # at 8,192 streams, measured either side of that commit.
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT / "src")),
+        start_new_session=True,
+    )
     stop = threading.Event()
 
     def sample() -> None:
