@@ -30,3 +30,12 @@ RATE_MAX = 1e9
 """Requests per second (``"inf"``, sending at once, is its own value)."""
 VALUE_MAX = 1e15
 """A metric's floor, ceiling, tolerance or limit, a histogram weight: any measured value fits."""
+
+MAX_BOOTS = 100
+"""Boots of one workload ([gate] boots, --perf-boots): a boot takes minutes on a GPU host, so a
+hundred is a day's run already."""
+
+
+def is_boot(value: object) -> bool:
+    """Whether ``value`` is a boot number, as results and baseline files label repeats: 1 to MAX_BOOTS."""
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_BOOTS

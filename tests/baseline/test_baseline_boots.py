@@ -30,7 +30,7 @@ def test_boots_round_trip_and_one_boot_files_have_no_key(tmp_path: Path) -> None
     assert again.boots is None
 
 
-@pytest.mark.parametrize("boots", [[1, 1], [0, 1, 1], [1, True, 2], "1,2,3", [1.0, 2, 3]])
+@pytest.mark.parametrize("boots", [[1, 1], [0, 1, 1], [1, True, 2], "1,2,3", [1.0, 2, 3], [1, 2, 101]])
 def test_bad_boots_are_refused_with_the_fix(tmp_path: Path, boots: object) -> None:
     doc = baseline([1000.0, 1010.0, 990.0]).to_dict() | {"boots": boots}
     with pytest.raises(BaselineError, match=r"boots must list the boot .* of each of the 3 repeats.*re-record it"):

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perfgate._limits import MAX_BOOTS, is_boot
 from perfgate._stats import median
 from perfgate.baseline._args import normalize_args
 from perfgate.baseline._fingerprint import Fingerprint, driver_major
@@ -169,16 +170,14 @@ def check_repeats(repeats: Any) -> list[dict[str, float]]:
 
 
 def check_boots(boots: Any, n_repeats: int) -> list[int] | None:
-    """The "boots" key: absent (None), or one boot number >= 1 per repeat; ValueError naming the problem."""
+    """The "boots" key: absent (None), or one boot number (1 to MAX_BOOTS) per repeat; ValueError
+    naming the problem."""
     if boots is None:
         return None
-    if (
-        not isinstance(boots, list)
-        or len(boots) != n_repeats
-        or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in boots)
-    ):
+    if not isinstance(boots, list) or len(boots) != n_repeats or not all(map(is_boot, boots)):
         raise ValueError(
-            f"boots must list the boot (a whole number >= 1) of each of the {n_repeats} repeats, got {boots!r}"
+            f"boots must list the boot (a whole number from 1 to {MAX_BOOTS}) of each of the {n_repeats} repeats, "
+            f"got {boots!r}"
         )
     return list(boots)
 

@@ -11,7 +11,6 @@ from perfgate.profile._keys import checked, integer, key_check, option_type, sec
 from perfgate.profile._load import load_profile, parse_profile
 from perfgate.profile._model import (
     DEFAULT_TOLERANCE,
-    MAX_BOOTS,
     MAX_REPEATS,
     PROBED_BY_DEFAULT,
     CorrectnessSpec,
@@ -30,7 +29,6 @@ from perfgate.profile._validate import check_gated, merged_gate, validate
 
 __all__ = [
     "DEFAULT_TOLERANCE",
-    "MAX_BOOTS",
     "MAX_REPEATS",
     "PROBED_BY_DEFAULT",
     "SLO_KEYS",

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from perfgate import catalogue
-from perfgate._limits import COUNT_MAX, FACTOR_MAX, LENGTH_MAX, SECONDS_MAX, SEED_MAX
+from perfgate._limits import COUNT_MAX, FACTOR_MAX, LENGTH_MAX, MAX_BOOTS, SECONDS_MAX, SEED_MAX
 from perfgate.profile._keys import (
     boolean,
     choice,
@@ -67,8 +67,6 @@ WarmupMode = Literal["requests", "steady"]
 
 MAX_TURNS = 10_000
 MAX_REPEATS = 1_000
-# A boot takes minutes on a GPU host: a hundred is a day's run already.
-MAX_BOOTS = 100
 # One process per core of the largest hosts; concurrency bounds it further.
 MAX_CLIENT_PROCESSES = 1_024
 # Halving a load gap 30 times is below any load's resolution.

@@ -15,10 +15,10 @@ from typing import Any
 from perfgate import _json
 from perfgate._files import Artefacts, append_text, describe, publish, read_named, reserve_dir
 from perfgate._json import JSONInputError
+from perfgate._limits import MAX_BOOTS, is_boot
 from perfgate._names import file_stem, path_in
 from perfgate.errors import PerfgateError
 from perfgate.load import RequestRecord
-from perfgate.profile import MAX_BOOTS
 from perfgate.report._table import render_markdown, rows
 from perfgate.session import RepeatResult, RunSummary, SweepResult, WorkloadResult, window_json
 from perfgate.verdict import MetricRule
@@ -365,7 +365,7 @@ def _workload(entry: Any, path: Path) -> ResultsWorkload:
         if not isinstance(values, dict):
             raise malformed(f"repeat {i} has no 'values' table")
         boot = rep.get("boot", 1)
-        if not isinstance(boot, int) or isinstance(boot, bool) or not 1 <= boot <= MAX_BOOTS:
+        if not is_boot(boot):
             raise malformed(f"repeat {i}'s 'boot' is {boot!r}, not a boot number from 1 to {MAX_BOOTS}")
         boots.append(boot)
         # NaN was written as null: a value not measured.
