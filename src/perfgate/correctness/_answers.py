@@ -68,19 +68,6 @@ class AnswerCheck:
     # Wall time of the scoring requests (the check's cost to the run).
     duration_s: float = 0.0
 
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "requests": self.requests,
-            "positions": self.positions,
-            "mismatches": self.mismatches,
-            "nonfinite": self.nonfinite,
-            "text_checked": self.text_checked,
-            "text_unspelled": self.text_unspelled,
-            "duration_s": self.duration_s,
-            "problem": self.problem,
-            "note": self.note,
-        }
-
     def line(self) -> str:
         """The check in one line for the summary."""
         if not self.requests:

@@ -127,7 +127,7 @@ def repeat_json(rep: RepeatResult, *, stream_requests: bool = False) -> dict[str
             else {"not_checked": rep.host_cpu_note}
         ),
         # A sample of the load's answers scored teacher-forced (null: none asked for).
-        "answers": rep.answers.as_dict() if rep.answers is not None else None,
+        "answers": plain(rep.answers),
         "requests": _Requests(records) if stream_requests else [_request_json(r) for r in records],
     }
 

@@ -8,7 +8,7 @@ from contextlib import ExitStack
 from dataclasses import asdict
 
 from perfgate.baseline import Fingerprint, fingerprint_for
-from perfgate.correctness import AnswerCheck, LoadAnswer, check_load_answers, probe_spec
+from perfgate.correctness import AnswerCheck, LoadAnswer, ProbeSpec, check_load_answers, probe_spec
 from perfgate.errors import LoadError, PerfgateError, TelemetryError
 from perfgate.gpu import Hardware, cpu_description, host_without_gpus
 from perfgate.load import ClientLimits, LoadRun, Progress, run_workload
@@ -233,7 +233,7 @@ class ServerStack:
             at_warmup_end: list[Callable[[], None]] = [scraper.scrape_now] if scraper is not None else []
             host = self._host
             host_edges: list[TreeReading] = []
-            keep, not_scored = self._answers_asked(workload)
+            probe, not_scored = self._answers_asked(workload)
             if host is not None:
                 # A warmup's end replaces this reading: the measured phase starts there.
                 host_edges.append(host.read())
@@ -251,7 +251,8 @@ class ServerStack:
                     on_progress=_marking_warmup_end(at_warmup_end, on_progress),
                     repeat=len(repeats),
                     keep_alive=self.profile.server.keep_alive,
-                    keep_answers=2 * keep,
+                    # Twice as many as are scored: some sampled requests may fail.
+                    keep_answers=2 * self.profile.correctness.load_answers if probe else 0,
                 )
             except LoadError as e:
                 # Requests to a dead server fail as connection errors: say that the server died, and how.
@@ -276,28 +277,28 @@ class ServerStack:
             rep.stalls = token_gaps(load, workload.max_token_gap_s) if workload.max_token_gap_s else []
             rep.longest_gap = longest_token_gap(load)
             rep.boot = boot
-            rep.answers = self._check_answers(workload, server, load, keep) if keep else AnswerCheck(note=not_scored)
+            rep.answers = self._check_answers(workload, server, load, probe) if probe else AnswerCheck(note=not_scored)
             repeats.append(rep)
 
         return one_repeat
 
-    def _answers_asked(self, workload: Workload) -> tuple[int, str]:
-        """How many of the load's answers each repeat of ``workload`` scores, and why none where none."""
+    def _answers_asked(self, workload: Workload) -> tuple[ProbeSpec | None, str]:
+        """The probe that scores the load's answers of ``workload``, or None and why none are scored."""
         spec = probe_spec(self.profile)
-        asked = self.profile.correctness.load_answers
         if spec is None:
-            return 0, "the correctness probe is off"
+            return None, "the correctness probe is off"
         if spec.no_score_reason:
-            return 0, f"[correctness] score = false: {spec.no_score_reason}"
+            return None, f"[correctness] score = false: {spec.no_score_reason}"
         if workload.backend != "sglang":
-            return 0, f"the {workload.backend} stream carries no token ids"
-        if not asked:
-            return 0, "[correctness] load_answers = 0"
-        return asked, ""
+            return None, f"the {workload.backend} stream carries no token ids"
+        if not self.profile.correctness.load_answers:
+            return None, "[correctness] load_answers = 0"
+        return spec, ""
 
-    def _check_answers(self, workload: Workload, server: RunningServer, load: LoadRun, asked: int) -> AnswerCheck:
-        """Up to ``asked`` of the answers the load kept (twice as many were sampled: some may fail),
-        scored teacher-forced against the server that gave them."""
+    def _check_answers(self, workload: Workload, server: RunningServer, load: LoadRun, probe: ProbeSpec) -> AnswerCheck:
+        """Up to ``[correctness] load_answers`` of the answers the load kept, scored teacher-forced
+        against the server that gave them, held to ``probe``'s limits."""
+        asked = self.profile.correctness.load_answers
         sampled = [r for r in load.records if r.ok and r.index in load.kept_for]
         kept = [LoadAnswer(r.index, k.prompt_ids, k.output_ids, k.text) for r in sampled if (k := r.kept) is not None]
         if not kept:
@@ -311,18 +312,15 @@ class ServerStack:
                     "for it"
                 )
             )
-        note = f"{len(kept[:asked])} of {asked} asked: the other sampled requests failed" if len(kept) < asked else ""
-        c = self.profile.correctness
-        spec = probe_spec(self.profile)
-        assert spec is not None
+        note = f"{len(kept)} of {asked} asked: the other sampled requests failed" if len(kept) < asked else ""
         return check_load_answers(
             server.base_url,
             workload.name,
             kept[:asked],
             model=server.model,
             api_key_env=self.profile.server.api_key_env,
-            near_tie_nats=c.near_tie_nats,
-            limits=spec.limits,
+            near_tie_nats=probe.near_tie_nats,
+            limits=probe.limits,
             note=note,
         )
 

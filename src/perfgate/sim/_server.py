@@ -212,7 +212,7 @@ class Req:
     def _next_id(self, batch: int) -> None:
         assert self._ids is not None
         token = self.srv.model.next_token(self._context, batch)
-        self._context = [*self._context[1:], token] if len(self._context) >= CONTEXT else [*self._context, token]
+        self._context = [*self._context, token][-CONTEXT:]
         self._ids_json += b",%d" % token if self._ids else b"%d" % token
         self._ids.append(token)
 
