@@ -45,7 +45,7 @@ def repeat(steps: list[int], records: list[RequestRecord] | None = None, pause_s
         for done in steps:
             on_progress(progress(done))
             time.sleep(pause_s)
-        return SimpleNamespace(records=records or [])
+        return SimpleNamespace(records=records or [], end_s=time.monotonic())
 
     return run
 
@@ -190,6 +190,24 @@ def test_a_load_that_ends_before_the_capture_says_so(tmp_path: Path) -> None:
     assert hint in res.status()
 
 
+def test_the_load_ends_where_its_requests_end_not_where_the_repeat_returns(tmp_path: Path) -> None:
+    """The repeat goes on after its load (the sampled answers are scored): a capture that outlasted
+    the load itself is still named, however long the repeat took to return."""
+    trace_dir = tmp_path / "vllm-traces"
+    trace_dir.mkdir()
+    spec = ExplainSpec(enabled=True, num_steps=4, timeout_s=1.0, server_trace_dir=str(trace_dir))
+
+    def run(on_progress: Any) -> Any:
+        on_progress(progress(5))
+        ended = time.monotonic()
+        time.sleep(spec.timeout_s * 2.5)  # scoring the load's answers, after the load
+        return SimpleNamespace(records=[], end_s=ended)
+
+    with loopback_http(NeverWrites) as server:
+        res = run_slice(run, base_url=url(server), spec=spec, folder=tmp_path / "run", activities=["CPU"])
+    assert any(n.startswith("the extra repeat's load ended") for n in res.notes), res.notes
+
+
 def test_a_load_that_outlasts_the_capture_adds_no_note(tmp_path: Path) -> None:
     with loopback_http(Writes) as server:
         res = run_slice(
@@ -206,7 +224,7 @@ def test_a_repeat_that_ends_before_its_load_holds_profiles_nothing(tmp_path: Pat
 def test_the_warmup_never_triggers(tmp_path: Path) -> None:
     def run(on_progress: Any) -> Any:
         on_progress(progress(10, warmup=True))
-        return SimpleNamespace(records=[])
+        return SimpleNamespace(records=[], end_s=time.monotonic())
 
     res = run_slice(run, base_url="http://127.0.0.1:9", spec=SPEC, folder=tmp_path, activities=["CPU"])
     assert "nothing was profiled" in res.note

@@ -149,7 +149,9 @@ def run_slice(
             worker.start()
 
     load = run_repeat(on_progress)
-    load_ended_s = time.monotonic()
+    # The load's own end: the repeat goes on after it (the load's answers are scored), with
+    # requests that are not the workload's.
+    load_ended_s = load.end_s
     if worker.ident is None:
         return ExplainResult(note="the extra repeat finished before its load held; nothing was profiled")
     worker.join(spec.timeout_s * 1.5 + 15)
