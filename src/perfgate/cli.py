@@ -27,7 +27,7 @@ from perfgate.baseline import BaselineStore, diff, read_baseline
 from perfgate.errors import PerfgateError
 from perfgate.profile import DEFAULT_TOLERANCE, GateSpec, key_check, load_profile, option_type, seconds
 from perfgate.report import Results, ResultsWorkload, read_results, report_lines, write_ab_results
-from perfgate.server import Terminated
+from perfgate.server import Terminated, stack_changes
 from perfgate.session import LOG_DIR
 from perfgate.verdict import MetricRule, check_metric_name, direction_of, fmt_value, judge, unit_of
 
@@ -142,6 +142,9 @@ def _compare(args: argparse.Namespace) -> int:
         )
     for line in mismatches:
         print(f"note: {line} (compared anyway: --force)")
+    for i, line in enumerate(stack_changes(doc_a.server, doc_b.server), start=1):
+        # The suspects of any difference below, most likely first ("the baseline" is A).
+        print(f"changed {i}: {line}")
     for name in sorted(set(old) ^ set(new)):
         print(f"skip {name}: only in {path_a if name in old else path_b}")
     regressed = undecided = False

@@ -24,11 +24,13 @@ def results(
     rules: list[dict] | None = None,
     error: str = "",
     boots: list[object] | None = None,
+    server: object = None,
 ) -> Path:
     """A results file as --perf-results writes it (the parts compare reads); ``boots`` labels each
     workload's repeats with their boot (left out: no label, as files written before boots were)."""
     doc = {
         "schema_version": 1,
+        "server": server,
         "workloads": [
             {
                 "workload": name,
@@ -55,6 +57,26 @@ def test_compare_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert "no regression" in capsys.readouterr().out
     assert main(["compare", str(base), str(slower)]) == 1
     assert "FAIL  c64: output_throughput 800.0 tok/s < limit" in capsys.readouterr().out
+
+
+def test_compare_names_what_changed_between_the_runs_servers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = {"versions": {"sglang": "0.5.12", "flashinfer": "0.6.11"}}
+    base = results(tmp_path / "a.json", {"c64": [1000.0, 1010.0, 990.0]}, server=a)
+    slower = results(
+        tmp_path / "c.json",
+        {"c64": [800.0, 810.0, 790.0]},
+        server={"versions": {"sglang": "0.5.23", "flashinfer": "0.6.11"}},
+    )
+    assert main(["compare", str(base), str(slower)]) == 1
+    out = capsys.readouterr().out
+    assert "changed 1: sglang 0.5.12 -> 0.5.23\n" in out and out.index("changed 1") < out.index("FAIL")
+    # A file whose "server" is no object (or absent, as before it was read) names nothing.
+    for hostile in (None, [1], "x"):
+        results(tmp_path / "c.json", {"c64": [800.0, 810.0, 790.0]}, server=hostile)
+        assert main(["compare", str(base), str(slower)]) == 1
+        assert "changed" not in capsys.readouterr().out
 
 
 def test_nothing_in_common_is_an_error_not_a_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

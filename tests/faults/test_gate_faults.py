@@ -383,3 +383,30 @@ def test_command_server_provenance_and_fingerprint(gate: Gate) -> None:
     assert same.ret == 0 and "no-baseline" not in same.out, same.out[-3000:]
     other = gate.run(kind="command", server=quirky_command("--threads", "3"))
     assert "no-baseline" in other.out and "server_args --threads=2 -> --threads=3" in other.out
+
+
+def test_a_regression_names_what_changed_in_the_stack_since_the_baseline(gate: Gate) -> None:
+    """The baseline says it was recorded under other package versions: the gate's summary says
+    what changed, the failing test lists it as its suspects, and the results JSON keeps it."""
+    _recorded(gate)
+    (path,) = workload_baselines(gate.baselines)
+    doc = json.loads(path.read_text())
+    versions = doc["provenance"]["server"]["versions"]
+    assert versions, "the simulator reports its version"
+    package, now = next(iter(versions.items()))
+    doc["provenance"]["server"]["versions"] = {**versions, package: "0.0.1", "flashinfer": "0.6.11.post1"}
+    # Twice the measured throughput: the run is a regression by any noise.
+    for r in doc["repeats"]:
+        r["output_throughput"] *= 2
+    path.write_text(json.dumps(doc, sort_keys=True, indent=2) + "\n")
+    outcome = gate.run(f"--perf-results={gate.results}", tolerance=DOCTORED_TOLERANCE)
+    assert outcome.ret == FAILED, outcome.out[-3000:]
+    changed = ["flashinfer 0.6.11.post1 -> absent", f"{package} 0.0.1 -> {now}"]
+    assert f"changed since the baseline: {WORKLOAD}: {'; '.join(sorted(changed))}" in outcome.out, outcome.out[-3000:]
+    suspects = "suspects: changed since the baseline was recorded, most likely first:"
+    assert suspects in outcome.out
+    listed = outcome.out[outcome.out.index(suspects) :].splitlines()[1:3]
+    assert [line.strip() for line in listed] == [f"{i}. {c}" for i, c in enumerate(sorted(changed), start=1)]
+    (results,) = gate.results.glob("results-*.json")
+    (workload,) = json.loads(results.read_text())["workloads"]
+    assert workload["baseline"]["changes"] == sorted(changed)

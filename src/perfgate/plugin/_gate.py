@@ -31,6 +31,15 @@ def _weakest(result: WorkloadResult, metric: str) -> str:
     return f"\n    weakest: {gpu.label} {gpu.name}, {power}{limit}, over the {window.length_s:.1f} s {aligned}"
 
 
+def suspects(changes: tuple[str, ...]) -> list[str]:
+    """The lines a failure lists its suspects in: what changed since the baseline, most likely first."""
+    if not changes:
+        return []
+    return ["suspects: changed since the baseline was recorded, most likely first:"] + [
+        f"  {i}. {change}" for i, change in enumerate(changes, start=1)
+    ]
+
+
 @dataclass(frozen=True)
 class GateChecks:
     """A workload's verdicts asserted one category at a time, so each test names what it guards:
@@ -50,6 +59,8 @@ class GateChecks:
     unrecorded: tuple[str, ...] = ()
     # What the server's profile says about a failure (explain's top rows, or why it cannot say).
     explain: tuple[str, ...] = ()
+    # What changed in the server's stack since the baseline, most suspect first.
+    changes: tuple[str, ...] = ()
 
     @classmethod
     def of_gate(cls, result: WorkloadResult, power_note: str) -> GateChecks:
@@ -64,6 +75,7 @@ class GateChecks:
             result.baseline_note,
             where,
             explain=explain,
+            changes=result.changes,
         )
 
     @classmethod
@@ -99,7 +111,7 @@ class GateChecks:
             pytest.skip(f"{self.workload}: no {category} metric is gated by this profile")
         failures = [v.message + self.where.get(v.metric, "") for v in verdicts if not v.ok]
         if failures:
-            pytest.fail("\n".join([*failures, *self.explain]), pytrace=False)
+            pytest.fail("\n".join([*failures, *suspects(self.changes), *self.explain]), pytrace=False)
         if all(v.status == "not-measured" for v in verdicts):
             if category == "power":
                 pytest.skip(f"{self.workload}: GPU power not measured: {self.power_note}")
@@ -155,8 +167,10 @@ class CapacityChecks:
         (v,) = r.verdict.metrics
         notes = "".join(f"\n  note: {n}" for n in r.notes)
         if not v.ok:
+            changed = "".join(f"\n{line}" for line in suspects(r.changes))
             pytest.fail(
-                f"{v.message} ({r.axis}, {r.stat} latency within {_slo_text(r.slo)}){notes}{curve}", pytrace=False
+                f"{v.message} ({r.axis}, {r.stat} latency within {_slo_text(r.slo)}){notes}{changed}{curve}",
+                pytrace=False,
             )
         if v.status == "not-measured":
             # Every sweep measures its capacity; none means its points gave nothing to judge.

@@ -16,7 +16,7 @@ from perfgate.plugin._benchmark import BenchmarkHooks
 from perfgate.plugin._state import STATE_KEY, PluginState
 from perfgate.plugin._xdist import XdistGuard, refuse_on_worker
 from perfgate.report import render_text, report_lines, rows, write_ab_results, write_results
-from perfgate.server import check_url
+from perfgate.server import check_url, describe_autotune
 from perfgate.session import RunSummary
 
 
@@ -185,6 +185,9 @@ def _header(summary: RunSummary) -> list[str]:
         lines.append(f"server metrics: {summary.server_metrics_note}")
     if summary.host_cpu_note:
         lines.append(f"host CPU: {summary.host_cpu_note}")
+    autotune = server.provenance.get("autotune") if server is not None else None
+    if isinstance(autotune, dict):
+        lines.append(f"autotune: {describe_autotune(autotune)}")
     return lines
 
 
@@ -218,6 +221,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         if res.baseline_note:
             recorded = f" -> {res.baseline_path}" if res.recorded else ""
             terminalreporter.write_line(f"baseline: {res.workload}: {res.baseline_note}{recorded}")
+        if res.changes:
+            terminalreporter.write_line(f"changed since the baseline: {res.workload}: {'; '.join(res.changes)}")
         if res.explain is not None:
             terminalreporter.write_line(f"explain: {res.workload}: {res.explain.status()}")
     for sw in summary.sweeps:
@@ -226,6 +231,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         if sw.baseline_note:
             recorded = f" -> {sw.baseline_path}" if sw.recorded else ""
             terminalreporter.write_line(f"baseline: {sw.sweep}: {sw.baseline_note}{recorded}")
+        if sw.changes:
+            terminalreporter.write_line(f"changed since the baseline: {sw.sweep}: {'; '.join(sw.changes)}")
     c = summary.correctness
     if c is not None:
         took = f" in {c.outcome.duration_s:.1f} s ({c.outcome.in_flight()})" if c.outcome is not None else ""

@@ -15,6 +15,7 @@ from perfgate._files import Artefacts
 from perfgate.ab import AbRun, AbSummary, AbWorkload, VariantSummary
 from perfgate.report._results import plain, repeat_json, write_documents
 from perfgate.report._table import align
+from perfgate.server import describe_autotune
 from perfgate.verdict import PairedMetricVerdict, fmt_value, sign_test_min_rounds, unit_of
 
 AB_SCHEMA = 1
@@ -91,9 +92,7 @@ def _autotune_line(v: VariantSummary) -> str:
     if not at:
         kind = v.server.kind if v.server else "the server"
         return f"autotune {v.label}: not applicable ({kind} reports no FlashInfer autotune decision)"
-    tuning = f", {at['tuning']}" if at.get("tuning") else ""
-    decision = f"decision {at.get('decision')} (SGLang {at.get('status')}){tuning}"
-    return f"autotune {v.label}: {decision}; evidence: {at.get('evidence')}"
+    return f"autotune {v.label}: {describe_autotune(at)}"
 
 
 def _rows(summary: AbSummary) -> list[list[str]]:

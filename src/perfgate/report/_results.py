@@ -7,8 +7,8 @@ import itertools
 import json
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, fields, is_dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +132,17 @@ def repeat_json(rep: RepeatResult, *, stream_requests: bool = False) -> dict[str
     }
 
 
+def _baseline_json(j: WorkloadResult | SweepResult) -> dict[str, Any]:
+    """What happened to the baseline, and what changed in the server's stack since it was recorded."""
+    return {
+        "path": j.baseline_path,
+        "note": j.baseline_note,
+        "recorded": j.recorded,
+        "previous": j.previous_values,
+        "changes": list(j.changes),
+    }
+
+
 def _workload_json(res: WorkloadResult, rules: tuple[MetricRule, ...], stream_requests: bool) -> dict[str, Any]:
     return {
         "workload": res.workload,
@@ -140,12 +151,7 @@ def _workload_json(res: WorkloadResult, rules: tuple[MetricRule, ...], stream_re
         "invalid_reasons": res.invalid_reasons,
         "error": res.error,
         "fingerprint": plain(res.fingerprint),
-        "baseline": {
-            "path": res.baseline_path,
-            "note": res.baseline_note,
-            "recorded": res.recorded,
-            "previous": res.previous_values,
-        },
+        "baseline": _baseline_json(res),
         "verdict": plain(res.verdict),
         "repeats": [repeat_json(r, stream_requests=stream_requests) for r in res.repeats],
         "explain": res.explain.to_dict() if res.explain is not None else None,
@@ -169,12 +175,7 @@ def _sweep_json(sw: SweepResult, rules: tuple[MetricRule, ...]) -> dict[str, Any
         "capacity_boots": sw.capacity_boots(),
         "within": sw.within,
         "fingerprint": plain(sw.fingerprint),
-        "baseline": {
-            "path": sw.baseline_path,
-            "note": sw.baseline_note,
-            "recorded": sw.recorded,
-            "previous": sw.previous_values,
-        },
+        "baseline": _baseline_json(sw),
         "verdict": plain(sw.verdict),
         "points": [
             {
@@ -220,6 +221,8 @@ def markdown_summary(summary: RunSummary) -> str:
     for res in summary.workloads:
         if host_bound := res.host_bound_summary():
             lines += ["", f"**{res.workload}**: {host_bound}"]
+        if res.changes:
+            lines += ["", f"**{res.workload}**: changed since the baseline: " + "; ".join(res.changes)]
         if res.explain is not None:
             lines += ["", f"**{res.workload}** ({res.explain.excluded}):", "", "```", *res.explain.lines(), "```"]
     for name, err in summary.failures.items():
@@ -306,6 +309,8 @@ class Results:
     path: Path
     profile: str | None
     workloads: dict[str, ResultsWorkload]
+    # The server's provenance (launch command, versions, autotune), as the run wrote it.
+    server: Mapping[str, Any] = field(default_factory=dict)
 
 
 def read_results(path: Path) -> Results:
@@ -344,7 +349,13 @@ def read_results(path: Path) -> Results:
         workloads[wl.name] = wl
     profile = doc.get("profile")
     name = profile.get("name") if isinstance(profile, dict) else profile
-    return Results(path=path, profile=name if isinstance(name, str) else None, workloads=workloads)
+    server = doc.get("server")
+    return Results(
+        path=path,
+        profile=name if isinstance(name, str) else None,
+        workloads=workloads,
+        server=server if isinstance(server, dict) else {},
+    )
 
 
 def _workload(entry: Any, path: Path) -> ResultsWorkload:

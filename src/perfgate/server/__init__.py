@@ -1,5 +1,6 @@
 """Server: launch the server under test (SGLang, the simulator, any command) or attach to one."""
 
+from perfgate.server._changes import describe_autotune, stack_changes
 from perfgate.server._config import ServerConfig, server_config
 from perfgate.server._process import EXIT_GRACE_S, ServerProcess, launch, log_tail
 from perfgate.server._ready import check_url, wait_ready
@@ -20,12 +21,14 @@ __all__ = [
     "build_command",
     "check_python",
     "check_url",
+    "describe_autotune",
     "launch",
     "locate_sglang",
     "log_tail",
     "resolve_sglang_root",
     "server_config",
     "sglang_versions",
+    "stack_changes",
     "start_server",
     "wait_ready",
 ]

@@ -25,6 +25,7 @@ from perfgate.server.autotune import (
     AutotunePlan,
     autotune_cache_root,
     plan_autotune,
+    read_tactics,
     snapshot_autotune_cache,
     verify_autotune_log,
 )
@@ -165,6 +166,7 @@ def verify(
         cache_before=pre.cache_before,
         device=str(info.get("device") or ""),
         processes=process_names(process.pid),
+        versions=pre.versions,
     )
     if spec.require_autotune and not evidence.ok:
         raise ServerError(
@@ -178,6 +180,8 @@ def verify(
         "ok": evidence.ok,
         "tuning": evidence.tuning,
         "cache_dir": evidence.cache_dir,
+        # Which tactics the boot used, for a later run to compare with (None: no cache file named).
+        "tactics": read_tactics(evidence.cache_files, pre.versions).to_dict() if evidence.cache_files else None,
         "evidence": evidence.message,
         "hook": {
             "loaded_in": {str(p): evidence.processes.get(p, "") for p in evidence.loaded_pids},

@@ -11,6 +11,7 @@ from perfgate.baseline import Baseline, BaselineStore, Fingerprint, others_note
 from perfgate.catalogue import metric
 from perfgate.load import degenerate_output
 from perfgate.profile import Profile, Workload
+from perfgate.server import stack_changes
 from perfgate.session._options import SessionOptions
 from perfgate.session._record import record_baseline
 from perfgate.session._result import RepeatResult
@@ -54,6 +55,12 @@ class GatePolicy:
         if baseline is not None:
             return baseline, ""
         return None, others_note(fingerprint, self.store.others(self.profile.name, name, fingerprint))
+
+    def changes_since(self, baseline: Baseline | None) -> tuple[str, ...]:
+        """What changed in the server's stack since ``baseline`` was recorded, most suspect first."""
+        if baseline is None:
+            return ()
+        return tuple(stack_changes(baseline.provenance.get("server"), self._stack.server().provenance()))
 
     def judge(
         self,

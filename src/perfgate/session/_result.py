@@ -142,7 +142,8 @@ class Judgement:
     ``invalid_reasons``: why its numbers cannot be trusted; ``verdict``: None when it was not
     judged (invalid, or stopped: ``error`` says why); ``baseline_note``: what happened to the
     baseline (recorded, kept, refused); ``previous_values``: the medians of the baseline a
-    recording replaced.
+    recording replaced; ``changes``: what changed in the server's stack since that baseline was
+    recorded (autotune tactics, versions), most suspect first.
     """
 
     invalid_reasons: list[str] = field(default_factory=list)
@@ -152,6 +153,7 @@ class Judgement:
     baseline_note: str = ""
     recorded: bool = False
     previous_values: dict[str, float] = field(default_factory=dict)
+    changes: tuple[str, ...] = ()
     error: str = ""
 
     @property

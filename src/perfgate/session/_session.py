@@ -305,6 +305,7 @@ class Session:
             baseline_path=str(self.store.path_for(self.profile.name, workload.name, fingerprint)) if baseline else "",
             baseline_note=note,
             previous_values=baseline.medians() if baseline else {},
+            changes=self.policy.changes_since(baseline),
         )
         if self.options.update_baselines:
             if not result.valid:

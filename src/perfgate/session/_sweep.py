@@ -74,6 +74,7 @@ class SweepRun:
         if baseline is not None:
             result.baseline_path = str(s.store.path_for(s.profile.name, sweep.name, fingerprint))
             result.previous_values = baseline.medians()
+            result.changes = s.changes_since(baseline)
 
         def verdict_now() -> WorkloadVerdict[MetricVerdict]:
             return s.judge(sweep.name, [self.rule], result.capacity_repeats(), baseline, note, result.capacity_boots())

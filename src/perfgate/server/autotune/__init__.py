@@ -22,6 +22,7 @@ from perfgate.server.autotune._plan import (
     AutotunePlan,
     plan_autotune,
 )
+from perfgate.server.autotune._tactics import TacticRecord, compare_tactics, read_tactics
 
 __all__ = [
     "ENV_VAR",
@@ -29,10 +30,13 @@ __all__ = [
     "AutotuneEvidence",
     "AutotunePlan",
     "AutotuneStatus",
+    "TacticRecord",
     "autotune_cache_root",
+    "compare_tactics",
     "detect_autotune",
     "find_sglang_root",
     "plan_autotune",
+    "read_tactics",
     "snapshot_autotune_cache",
     "verify_autotune_log",
 ]

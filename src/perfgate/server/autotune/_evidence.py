@@ -34,6 +34,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
+from perfgate import _json
+from perfgate._files import read_bytes
+from perfgate.server.autotune._tactics import foreign_environment
 from perfgate.server.autotune.hook import _perfgate_autotune_hook as _hook
 
 Tuning = Literal["fresh", "cached", "mixed", "unknown"]
@@ -119,6 +122,14 @@ def snapshot_autotune_cache(cache_root: Path | None = None) -> dict[str, str]:
     return {str(p.resolve()): _sha256(p) for p in root.rglob("*.json") if p.is_file()}
 
 
+def _foreign(path: Path, versions: Mapping[str, str | None]) -> bool:
+    try:
+        meta = _json.loads(read_bytes(path)).get("_metadata")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(meta, dict) and bool(foreign_environment(meta, versions))
+
+
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -131,6 +142,7 @@ def verify_autotune_log(
     cache_before: Mapping[str, str] | None = None,
     device: str = "",
     processes: Mapping[int, str] | None = None,
+    versions: Mapping[str, str | None] | None = None,
 ) -> AutotuneEvidence:
     """Judge the autotune evidence in a server log for a ``tp_size``-rank server.
 
@@ -139,7 +151,9 @@ def verify_autotune_log(
     process where the hook patched SGLang. ``cache_before`` is a ``snapshot_autotune_cache``
     taken before the boot; with it, fresh vs cached comes from the files themselves.
     ``device`` (the server's resolved ``device``) explains an autotune that cannot run on
-    this host; ``processes`` names the server's pids in the message.
+    this host; ``processes`` names the server's pids in the message; ``versions`` (the server's
+    packages) tells a cache file FlashInfer ignored, as written in another environment, from
+    one it loaded.
     """
     started: set[int] = set()
     completed: set[int] = set()
@@ -201,7 +215,7 @@ def verify_autotune_log(
     if unattributed_dones >= tp_size - len(completed) > 0:
         completed = set(range(tp_size))
     if cache_before is not None and cache_files:
-        tuning = _tuning_from_files(cache_files, cache_before)
+        tuning = _tuning_from_files(cache_files, cache_before, versions or {})
     elif fresh_signal or uncached_run:
         tuning = "mixed" if cached_signal else "fresh"
     else:
@@ -280,13 +294,15 @@ def _cache_dir(cache_files: list[str]) -> str:
     return str(parent.parent if parent.name == "runs" else parent)
 
 
-def _tuning_from_files(cache_files: list[str], before: Mapping[str, str]) -> Tuning:
+def _tuning_from_files(cache_files: list[str], before: Mapping[str, str], versions: Mapping[str, str | None]) -> Tuning:
     kinds: set[Tuning] = set()
     for name in dict.fromkeys(cache_files):
         path = Path(name)
         key = str(path.resolve())
         if key in before and path.is_file() and _sha256(path) == before[key]:
-            kinds.add("cached")
+            # An unchanged file of another environment was ignored: FlashInfer tuned afresh
+            # and kept the other environment's file as it was.
+            kinds.add("fresh" if _foreign(path, versions) else "cached")
         else:
             kinds.add("fresh")
     return "mixed" if len(kinds) > 1 else kinds.pop()
