@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -16,8 +18,12 @@ from perfgate.sim._options import parse_options
 from tests.sim.conftest import SRC
 
 
-def busy(url: str, stop: threading.Event) -> threading.Thread:
-    """A client keeping the simulator stepping until ``stop`` is set."""
+@contextlib.contextmanager
+def busy(url: str) -> Iterator[None]:
+    """Clients keeping the simulator stepping while the block runs. They are joined before it
+    ends: a request still in flight when the fixture stops the simulator would fail in its
+    thread, and pytest reports that as an error of the test's teardown (seen once in CI)."""
+    stop = threading.Event()
 
     def run() -> None:
         with httpx.Client(base_url=url, timeout=30) as c:
@@ -27,7 +33,12 @@ def busy(url: str, stop: threading.Event) -> threading.Thread:
     threads = [threading.Thread(target=run, daemon=True) for _ in range(4)]
     for t in threads:
         t.start()
-    return threads[0]
+    try:
+        yield
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
 
 
 def profile(url: str, out: Path, **body: object) -> httpx.Response:
@@ -39,12 +50,8 @@ def test_num_steps_answers_once_the_trace_is_written(sim_factory, tmp_path: Path
     sim = sim_factory("--time-scale", "0.01", "--startup-delay-s", "0.1", env=slow)
     info = httpx.get(sim.url + "/server_info").json()["perfgate_sim"]
     assert info["options"]["slow_kernel"] == "moe_gemm:3" and info["slowdown"] == pytest.approx(1.72)
-    stop = threading.Event()
-    busy(sim.url, stop)
-    try:
+    with busy(sim.url):
         answer = profile(sim.url, tmp_path / "p", num_steps=5, profile_id="t1")
-    finally:
-        stop.set()
     assert answer.status_code == 200 and answer.text == "Start profiling.\n"
     trace = tmp_path / "p" / "t1-TP-0.trace.json.gz"
     events, size = read_trace(trace, root=tmp_path)
@@ -64,12 +71,8 @@ def test_without_num_steps_it_profiles_until_stopped(sim_factory, tmp_path: Path
     assert profile(sim.url, tmp_path / "p", profile_id="t2").status_code == 200
     second = profile(sim.url, tmp_path / "p")
     assert second.status_code == 500 and "already in progress" in second.text
-    stop = threading.Event()
-    busy(sim.url, stop)
-    try:
+    with busy(sim.url):
         httpx.post(sim.url + "/generate", json={"input_ids": [1], "sampling_params": {"max_new_tokens": 4}})
-    finally:
-        stop.set()
     assert httpx.post(sim.url + "/stop_profile").status_code == 200
     events, _ = read_trace(tmp_path / "p" / "t2-TP-0.trace.json.gz", root=tmp_path)
     rows = reduce_trace(events, steps=1, output_tokens=None, trace_bytes=0).rows
