@@ -13,6 +13,8 @@ import pytest
 
 from perfgate.errors import LoadError
 from perfgate.load import ClientLimits, make_requests, run_workload
+from perfgate.load._backends import BACKENDS
+from perfgate.load._plan import LoadPlan
 from perfgate.metrics import compute_metrics
 from perfgate.profile import Workload
 from perfgate.server import start_server
@@ -120,12 +122,23 @@ def test_late_idle_client_is_marked_starved_with_its_own_advice(sim):
     assert healthy.client.valid and healthy.client.advice == ""
 
 
-def test_api_key_comes_from_the_environment_only(sim, monkeypatch):
-    with pytest.raises(LoadError, match="environment variable PERFGATE_TEST_TOKEN"):
-        run_workload(sim.base_url, W, model=sim.model, api_key_env="PERFGATE_TEST_TOKEN")
-    monkeypatch.setenv("PERFGATE_TEST_TOKEN", "s3cret")
-    run = run_workload(sim.base_url, replace(W, num_prompts=4), model=sim.model, api_key_env="PERFGATE_TEST_TOKEN")
+def test_the_servers_headers_go_with_every_request_and_their_tokens_are_named(sim):
+    """The load reads no key itself: the running server's headers are passed down, and a spawned
+    client process learns the tokens to hide from the plan it is handed."""
+    headers = {"Authorization": "Bearer s3cret-token-0123"}
+    run = run_workload(sim.base_url, replace(W, num_prompts=4), model=sim.model, headers=headers)
     assert all(r.ok for r in run.records)
+    plan = LoadPlan(
+        base_url=sim.base_url,
+        workload=W,
+        backend=BACKENDS[W.backend](sim.model, W.ignore_eos, W.extra_body),
+        headers=headers,
+        limits=ClientLimits(),
+        seed_offset=0,
+        keep_alive=True,
+        flush_headers={"Authorization": "Bearer admin-token-4567", "X-Other": "Bearer-less"},
+    )
+    assert plan.tokens() == ["s3cret-token-0123", "admin-token-4567"]
 
 
 def test_prompts_are_seeded_exact_and_in_range():

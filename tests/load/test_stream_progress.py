@@ -10,6 +10,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
+from perfgate._redact import SECRETS
 from perfgate.load._backends import SGLangBackend, StreamState
 from perfgate.load._http import Fed
 from perfgate.load._plan import LoadPlan
@@ -100,6 +101,9 @@ def test_data_events_that_carry_nothing_new_are_no_progress(events: list[tuple[b
 @given(st.binary(max_size=1200), st.binary(max_size=400))
 def test_a_quoted_body_never_shows_a_key(before: bytes, after: bytes) -> None:
     key = "sk-0123456789abcdef"
+    # Registered where the server's keys are read (perfgate.server); a client process learns
+    # them from its plan's headers (LoadPlan.tokens).
+    SECRETS.add(key)
     streamer = Streamer(_plan({"Authorization": f"Bearer {key}"}))
     quoted = streamer._quote(before + key.encode() + after)
     assert key not in quoted and len(quoted) <= 300

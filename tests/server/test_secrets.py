@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from perfgate._redact import SECRETS
 from perfgate.errors import ServerError
 from perfgate.profile import ServerSpec
 from perfgate.server import build_command, start_server
@@ -56,8 +57,12 @@ def test_a_command_template_takes_the_key_from_a_placeholder(monkeypatch):
         build_command(ServerSpec(kind="command", command=("x", "{admin_api_key}")), 8000)
 
 
-def test_redaction_of_argv_env_json_and_text():
-    r = Redactor((KEY, ADMIN))
+def test_redaction_of_argv_env_json_and_text(monkeypatch):
+    # The keys are registered where they are read, once, when the server starts or is attached.
+    monkeypatch.setenv("PG_KEY", KEY)
+    monkeypatch.setenv("PG_ADMIN", ADMIN)
+    ServerKeys.from_spec(ServerSpec(kind="sglang", model_path="/m", api_key_env="PG_KEY", admin_api_key_env="PG_ADMIN"))
+    r = Redactor()
     argv = ["python", "--api-key", KEY, f"--admin-api-key={ADMIN}", "--x", f"prefix{KEY}", "--api-key", "other"]
     assert r.argv(argv) == [
         "python",
@@ -95,7 +100,8 @@ def test_redaction_of_argv_env_json_and_text():
 
 def test_a_secret_split_across_reads_is_still_redacted():
     stream = [b"line one\nserver_args={'api_key': 'sk-live-01", b"23456789'}\nlast line without newline ", KEY.encode()]
-    out = b"".join(Redactor((KEY,)).lines(stream))
+    SECRETS.add(KEY)
+    out = b"".join(Redactor().lines(stream))
     assert out == b"line one\nserver_args={'api_key': '<redacted>'}\nlast line without newline <redacted>"
 
 

@@ -160,7 +160,7 @@ class _Rounds:
                 self.probe_spec,
                 server.base_url,
                 model=server.model,
-                api_key_env=self.variants[label].profile.server.api_key_env,
+                headers=server.headers(),
                 reference=reference,
                 reference_label="stack A's answers" if reference is not None else "",
             )

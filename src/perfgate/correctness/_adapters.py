@@ -18,8 +18,7 @@ the server sends as ``null`` where one is due reads as NaN: a degenerate answer,
 from __future__ import annotations
 
 import math
-import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -118,11 +117,8 @@ _PER_CLIENT = 32
 
 
 class _Http:
-    def __init__(self, base_url: str, api_key_env: str, timeout_s: float) -> None:
-        self._headers = {}
-        key = os.environ.get(api_key_env, "") if api_key_env else ""
-        if key:
-            self._headers["Authorization"] = f"Bearer {key}"
+    def __init__(self, base_url: str, headers: Mapping[str, str], timeout_s: float) -> None:
+        self._headers = dict(headers)
         self.base_url = base_url.rstrip("/")
         self._timeout_s = timeout_s
         # One TLS context for all the clients: each would load the CA store again (~30 ms).
@@ -319,8 +315,8 @@ def _tail(
 class _OpenAIHttp(_Http):
     """The OpenAI APIs name the served model in every request."""
 
-    def __init__(self, base_url: str, model: str, api_key_env: str, timeout_s: float) -> None:
-        super().__init__(base_url, api_key_env, timeout_s)
+    def __init__(self, base_url: str, model: str, headers: Mapping[str, str], timeout_s: float) -> None:
+        super().__init__(base_url, headers, timeout_s)
         self.model = model
 
 
@@ -421,10 +417,14 @@ class ChatClient(_OpenAIHttp):
         raise CorrectnessError("correctness probe: the chat API cannot score given tokens")
 
 
-def open_client(api: Api, base_url: str, *, model: str, api_key_env: str = "", timeout_s: float = 120.0) -> ProbeClient:
-    """The probe client for ``api`` at ``base_url`` (``model``: the served name, for the OpenAI APIs)."""
+def open_client(
+    api: Api, base_url: str, *, model: str, headers: Mapping[str, str] | None = None, timeout_s: float = 120.0
+) -> ProbeClient:
+    """The probe client for ``api`` at ``base_url`` (``model``: the served name, for the OpenAI APIs;
+    ``headers``: the server's bearer token, ``RunningServer.headers()``)."""
+    sent = headers or {}
     if api == "sglang":
-        return SGLangClient(base_url, api_key_env, timeout_s)
+        return SGLangClient(base_url, sent, timeout_s)
     if api == "openai-completions":
-        return CompletionsClient(base_url, model, api_key_env, timeout_s)
-    return ChatClient(base_url, model, api_key_env, timeout_s)
+        return CompletionsClient(base_url, model, sent, timeout_s)
+    return ChatClient(base_url, model, sent, timeout_s)

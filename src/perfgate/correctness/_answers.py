@@ -199,7 +199,7 @@ def check_load_answers(
     answers: Sequence[LoadAnswer],
     *,
     model: str,
-    api_key_env: str = "",
+    headers: Mapping[str, str] | None = None,
     near_tie_nats: float,
     limits: Mapping[str, float],
     note: str = "",
@@ -208,7 +208,7 @@ def check_load_answers(
     """:func:`score_answers` against SGLang's ``/generate`` at ``base_url`` (blocking)."""
 
     async def go() -> AnswerCheck:
-        client = open_client("sglang", base_url, model=model, api_key_env=api_key_env, timeout_s=timeout_s)
+        client = open_client("sglang", base_url, model=model, headers=headers, timeout_s=timeout_s)
         try:
             return await score_answers(client, workload, answers, near_tie_nats=near_tie_nats, limits=limits, note=note)
         finally:

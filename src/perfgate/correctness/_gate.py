@@ -28,7 +28,7 @@ def run_probe(
     base_url: str,
     *,
     model: str,
-    api_key_env: str = "",
+    headers: Mapping[str, str] | None = None,
     reference: ProbeRecord | None = None,
     reference_label: str = "",
     timeout_s: float = 120.0,
@@ -36,7 +36,7 @@ def run_probe(
     """Probe the server at ``base_url`` (blocking); CorrectnessError when it cannot answer the probe."""
 
     async def go() -> ProbeOutcome:
-        client = open_client(spec.api, base_url, model=model, api_key_env=api_key_env, timeout_s=timeout_s)
+        client = open_client(spec.api, base_url, model=model, headers=headers, timeout_s=timeout_s)
         try:
             return await probe(client, spec, reference, reference_label)
         finally:
@@ -50,7 +50,7 @@ def gate(
     *,
     base_url: str,
     model: str,
-    api_key_env: str,
+    headers: Mapping[str, str],
     store: BaselineStore,
     profile: str,
     fingerprint: Callable[[], Fingerprint],
@@ -69,9 +69,7 @@ def gate(
         fp = fingerprint()
         reference, path = load_record(store, profile, fp)
         label = f"the recorded reference {path}" if reference is not None else ""
-        outcome = run_probe(
-            spec, base_url, model=model, api_key_env=api_key_env, reference=reference, reference_label=label
-        )
+        outcome = run_probe(spec, base_url, model=model, headers=headers, reference=reference, reference_label=label)
     except (BaselineError, CorrectnessError) as e:
         result.error = str(e)
         return result

@@ -9,7 +9,6 @@ from perfgate.load._backends import Backend
 from perfgate.load._selfcheck import ClientLimits
 from perfgate.load._tokenize import ServerTokenizer
 from perfgate.profile import Workload
-from perfgate.server import Redactor
 
 # Seed offsets of a repeat's prompts: each measured repeat gets its own (a prefix cache must not
 # serve repeat 2 the prompts repeat 1 left in it), and its warmup is _WARMUP_SEED_OFFSET further,
@@ -65,11 +64,11 @@ class LoadPlan:
             return None
         return ServerTokenizer(self.base_url, tuple(self.headers.items()), self.backend.model)
 
-    @property
-    def redactor(self) -> Redactor:
-        """Hides the bearer tokens the requests carry in anything quoted from the server."""
+    def tokens(self) -> list[str]:
+        """The bearer tokens its requests carry: a spawned client process registers them (its
+        secret registry starts empty), so that nothing it quotes from the server shows them."""
         headers = [*self.headers.values(), *(self.flush_headers or {}).values()]
-        return Redactor(tuple(v.removeprefix("Bearer ") for v in headers if v.startswith("Bearer ")))
+        return [v.removeprefix("Bearer ") for v in headers if v.startswith("Bearer ")]
 
     @property
     def url(self) -> str:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from perfgate._redact import SECRETS
 from perfgate.errors import LoadError
 from perfgate.load._backends import BACKENDS
 from perfgate.load._loop import run as run_loop
@@ -51,8 +50,8 @@ def run_workload(
     workload: Workload,
     *,
     model: str = "",
-    api_key_env: str = "",
-    admin_api_key_env: str = "",
+    headers: Mapping[str, str] | None = None,
+    flush_headers: Mapping[str, str] | None = None,
     limits: ClientLimits = _DEFAULT_LIMITS,
     on_progress: ProgressSink | None = None,
     repeat: int = 0,
@@ -64,8 +63,8 @@ def run_workload(
     The measured phase runs in this process or over ``workload.client_processes`` spawned
     processes ("auto": as many as the warmup says the client needs), their records merged.
     ``repeat`` changes the prompts' seed so repeats do not hit identical prompts.
-    ``api_key_env`` / ``admin_api_key_env`` name the variables holding the bearer tokens of the
-    requests / of the cache flush (an admin endpoint; the API key when no admin key is named).
+    ``headers`` go with every request (the server's bearer token: ``RunningServer.headers()``),
+    ``flush_headers`` with the cache flush, an admin endpoint (None: ``headers``).
     ``keep_alive`` = False gives every request a connection of its own. ``keep_answers``: how many
     measured requests, spread over the run, keep their whole answers (``RequestRecord.kept``).
     """
@@ -76,12 +75,11 @@ def run_workload(
             f"use at most {workload.concurrency} processes"
         )
     backend = BACKENDS[workload.backend](model, workload.ignore_eos, workload.extra_body)
-    flush_headers = _bearer(workload, admin_api_key_env, "admin_api_key_env") if admin_api_key_env else None
     plan = LoadPlan(
         base_url=base_url,
         workload=workload,
         backend=backend,
-        headers=_bearer(workload, api_key_env, "api_key_env"),
+        headers=dict(headers or {}),
         limits=limits,
         seed_offset=repeat_seed_offset(repeat),
         keep_alive=keep_alive,
@@ -97,19 +95,6 @@ def run_workload(
     if not measured.parts:
         measured = run_sharded(plan, measured, on_progress)
     return _load_run(plan, measured)
-
-
-def _bearer(workload: Workload, variable: str, setting: str) -> dict[str, str]:
-    if not variable:
-        return {}
-    token = os.environ.get(variable)
-    if not token:
-        raise LoadError(
-            f"workload {workload.name}: environment variable {variable} (server.{setting}) is not set; export the "
-            "API token there"
-        )
-    SECRETS.add(token)
-    return {"Authorization": f"Bearer {token}"}
 
 
 async def _warm_then_measure(plan: LoadPlan, on_progress: ProgressSink | None, notes: list[str]) -> Measurement:

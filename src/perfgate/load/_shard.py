@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from perfgate._redact import SECRETS
 from perfgate.errors import LoadError
 from perfgate.load._loop import run as run_loop
 from perfgate.load._phase import Measurement, Part, Progress, ProgressSink, measure, measured_jobs, prepared
@@ -37,6 +38,8 @@ def worker_concurrency(concurrency: int, workers: int, k: int) -> int:
 
 
 def _worker(k: int, n: int, plan: LoadPlan, out: Any, go: Any, start: Any) -> None:
+    for token in plan.tokens():
+        SECRETS.add(token)
     try:
         jobs = measured_jobs(plan, k, n)
         concurrency = worker_concurrency(plan.workload.concurrency, n, k)

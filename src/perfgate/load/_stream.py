@@ -220,7 +220,7 @@ class Streamer:
         """The start of a body the server sent instead of a stream, with the keys redacted (a
         proxy's error page may echo the request's Authorization header)."""
         # The plan's keys travel to client processes with it; the registry holds the rest.
-        return _quoted(body, 300, self.plan.redactor.clip)
+        return _quoted(body, 300, SECRETS.clip)
 
     def _reason(self, failure: HTTPFailure, state: StreamState) -> str:
         """A failed request's reason; its first word names the kind of failure in the summary."""

@@ -1,7 +1,9 @@
 """The server's API keys: read from the environment, sent where needed, never recorded.
 
 A profile names environment variables (``[server] api_key_env``, ``admin_api_key_env``),
-never a key. perfgate reads the keys once, hands them to an SGLang it launches as
+never a key. perfgate reads the keys once, when the server is started or attached (the running
+server carries them, and every stage gets its headers from it), registers them with the
+process's secret registry there and nowhere else, hands them to an SGLang it launches as
 ``--api-key`` / ``--admin-api-key``, sends them as bearer tokens, and replaces them with
 ``<redacted>`` in everything it records: the launch command, the environment it added, the
 server's /server_info (SGLang returns ``api_key`` and the launch command in clear), error
@@ -35,6 +37,8 @@ def read_key(variable: str, setting: str) -> str:
             "export the server's key there before running perfgate"
         )
     check_key(value, f"[server] {setting} = {variable!r}: the key in {variable}")
+    # The one place a key becomes known: from here on nothing printed or written shows it.
+    SECRETS.add(value)
     return value
 
 
@@ -76,21 +80,11 @@ class ServerKeys:
             flags += ["--admin-api-key", self.admin_api_key]
         return flags
 
-    @property
-    def redactor(self) -> Redactor:
-        return Redactor(tuple(k for k in (self.api_key, self.admin_api_key) if k))
-
 
 @dataclass(frozen=True)
 class Redactor:
-    """Redacts the run's secrets (``secrets`` are added to the process's registry, which also
-    knows the env and URL secrets found elsewhere), and the values of secret flags and keys."""
-
-    secrets: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        for secret in self.secrets:
-            SECRETS.add(secret)
+    """Redacts the secrets the process's registry knows (the keys :func:`read_key` read, the env
+    and URL secrets found elsewhere), and the values of secret flags and keys."""
 
     @property
     def active(self) -> bool:
@@ -123,7 +117,7 @@ class Redactor:
     def env(self, env: Mapping[str, str]) -> dict[str, str]:
         """``env`` with credentials (by name or content, see :func:`looks_secret`) replaced."""
         SECRETS.add_env(dict(env))
-        return {k: REDACTED if looks_secret(k, v) or v in self.secrets else self.text(v) for k, v in env.items()}
+        return {k: REDACTED if looks_secret(k, v) or v in SECRETS.values else self.text(v) for k, v in env.items()}
 
     def json(self, obj: Any) -> Any:
         """A copy of JSON-like ``obj`` with secret keys' values and every secret occurrence redacted."""

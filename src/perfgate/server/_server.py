@@ -57,6 +57,13 @@ class RunningServer:
     # [server] cpu_affinity as perfgate applied it, in the kernel's cpulist form ("" = not set:
     # perfgate's own placement, or an attached server).
     cpu_affinity: str = ""
+    # Its API keys, read once at start or attach; never recorded (not in provenance()).
+    keys: ServerKeys = field(default_factory=ServerKeys, repr=False)
+
+    def headers(self, *, admin: bool = False) -> dict[str, str]:
+        """The bearer header its requests carry (``admin``: for an admin endpoint, the admin key,
+        or the API key where no admin key is set); {} without keys."""
+        return self.keys.headers(admin=admin)
 
     @property
     def is_sglang(self) -> bool:
@@ -307,7 +314,6 @@ def start_server(
     Teardown runs when ``stack`` closes: on success, failure and Ctrl-C alike.
     """
     keys = ServerKeys.from_spec(spec)
-    redactor = keys.redactor
     # Before the server starts: it may log its environment.
     SECRETS.add_env(dict(spec.env))
     pre: SGLangPreflight | None = None
@@ -334,7 +340,8 @@ def start_server(
         if spec.port:
             _check_port_free(spec.host, spec.port)
         server, pre, env = _launch(spec, keys, log_dir, stack, cpus)
-    _read_provenance(server, spec, keys.headers(), redactor)
+    server.keys = keys
+    _read_provenance(server, spec)
     if pre is not None and server.process is not None:
         server.versions.update(pre.versions)
         server.notes.extend(pre.warnings)
@@ -361,7 +368,7 @@ def _launch(
     taken: list[int] = []
     while True:
         log_path = log_dir / f"server-{spec.kind}-{port}.log"
-        proc = launch(argv, env, log_path, redactor=keys.redactor, cpus=cpus)
+        proc = launch(argv, env, log_path, redactor=Redactor(), cpus=cpus)
         server = RunningServer(
             spec.kind,
             f"http://{spec.host}:{port}",
@@ -371,7 +378,7 @@ def _launch(
             0.0,
             spec.gpus,
             process=proc,
-            env=keys.redactor.env(extra_env),
+            env=Redactor().env(extra_env),
             cpu_affinity=format_cpu_list(cpus),
         )
         stack.callback(_stop, server, spec)
@@ -407,10 +414,11 @@ def _lost_its_port(proc: ServerProcess) -> bool:
     return "address already in use" in tail or "errno 98" in tail or "eaddrinuse" in tail
 
 
-def _read_provenance(server: RunningServer, spec: ServerSpec, headers: dict[str, str], redactor: Redactor) -> None:
+def _read_provenance(server: RunningServer, spec: ServerSpec) -> None:
     """/server_info, /model_info, the served model name and the server's own version, with the keys
     redacted (SGLang returns its server args, ``api_key`` included, and its launch command in clear)."""
-    with httpx.Client(timeout=10.0, headers=headers) as client:
+    redactor = Redactor()
+    with httpx.Client(timeout=10.0, headers=server.headers()) as client:
         server.info = redactor.json(_get_json(client, server.base_url, "/server_info", "/get_server_info"))
         server.model_info = redactor.json(_get_json(client, server.base_url, "/model_info", "/get_model_info"))
         fallback = server.model_info.get("served_model_name") or spec.model_path or "default"

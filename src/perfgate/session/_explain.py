@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -66,7 +65,8 @@ def explain_workload(session: Session, workload: Workload, result: WorkloadResul
             folder=folder,
             # A CPU engine's torch has no CUDA activity to record.
             activities=["CPU", "GPU"] if gpus else ["CPU"],
-            headers=_admin_headers(session),
+            # /start_profile is an admin endpoint where the server guards them.
+            headers=server.headers(admin=True),
         )
     except PerfgateError as e:
         return ExplainResult(note=f"the extra repeat failed: {e}")
@@ -98,11 +98,3 @@ def explain_workload(session: Session, workload: Workload, result: WorkloadResul
         return res
     compare(res, reference, str(path) if reference is not None else "")
     return res
-
-
-def _admin_headers(session: Session) -> dict[str, str]:
-    """The bearer token /start_profile needs where the server guards its admin endpoints."""
-    server = session.profile.server
-    name = server.admin_api_key_env or server.api_key_env
-    token = os.environ.get(name, "") if name else ""
-    return {"Authorization": f"Bearer {token}"} if token else {}

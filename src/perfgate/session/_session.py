@@ -121,7 +121,7 @@ class Session:
             spec,
             base_url=server.base_url,
             model=server.model,
-            api_key_env=self.profile.server.api_key_env,
+            headers=server.headers(),
             store=self.store,
             profile=self.profile.name,
             fingerprint=lambda: self.fingerprint(spec.identity()),

@@ -243,8 +243,8 @@ class ServerStack:
                     server.base_url,
                     workload,
                     model=server.model,
-                    api_key_env=self.profile.server.api_key_env,
-                    admin_api_key_env=self.profile.server.admin_api_key_env,
+                    headers=server.headers(),
+                    flush_headers=server.headers(admin=True),
                     limits=ClientLimits(
                         self.profile.gate.client_max_lag_p99_ms, self.profile.gate.client_max_cpu_share
                     ),
@@ -318,7 +318,7 @@ class ServerStack:
             workload.name,
             kept[:asked],
             model=server.model,
-            api_key_env=self.profile.server.api_key_env,
+            headers=server.headers(),
             near_tie_nats=probe.near_tie_nats,
             limits=probe.limits,
             note=note,
