@@ -36,7 +36,7 @@ from perfgate.errors import PerfgateError, ProfileError
 from perfgate.profile import GateSpec, Profile, ServerSpec, TelemetrySpec, Workload
 from perfgate.report import report_lines
 from perfgate.session import RunSummary, ServerSummary, WorkloadResult
-from perfgate.verdict import judge_paired, rules_for
+from perfgate.verdict import ToleranceCheck, judge_paired, rules_for
 from tests.baseline.baseline_factories import fingerprint
 
 
@@ -451,7 +451,7 @@ def test_plan_refuses_a_gate_nothing_measures_before_any_boot(monkeypatch: pytes
 def test_accepting_checks_the_store_for_the_gated_metrics(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     # A stored baseline without the gated metric would judge nothing: named before the first boot.
     BaselineStore(tmp_path).save(
-        Baseline("p", "c64-in256-out128", fingerprint(), [{"output_throughput": 5.0}]), rules=[]
+        Baseline("p", "c64-in256-out128", fingerprint(), [{"output_throughput": 5.0}]), check=ToleranceCheck(())
     )
     script = _Script(lambda label, w, i: 20.0)
     summary = _run(monkeypatch, script, rounds=2, accept_candidate=True, baselines_dir=tmp_path)

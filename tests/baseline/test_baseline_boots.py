@@ -10,7 +10,7 @@ import pytest
 
 from perfgate.baseline import Baseline, BaselineStore
 from perfgate.errors import BaselineError
-from perfgate.verdict import MetricRule
+from perfgate.verdict import MetricRule, ToleranceCheck
 from tests.baseline.baseline_factories import WL, baseline
 
 RULES = [MetricRule("output_throughput", "higher", 0.03)]
@@ -19,7 +19,7 @@ RULES = [MetricRule("output_throughput", "higher", 0.03)]
 def test_boots_round_trip_and_one_boot_files_have_no_key(tmp_path: Path) -> None:
     store = BaselineStore(tmp_path)
     b = replace(baseline([1000.0, 1010.0, 990.0, 1100.0]), boots=[1, 1, 2, 2])
-    path = store.save(b, rules=RULES)
+    path = store.save(b, check=ToleranceCheck(RULES))
     assert json.loads(path.read_text())["boots"] == [1, 1, 2, 2]
     loaded = store.load("glm5", WL.name, b.fingerprint)
     assert loaded is not None and loaded.boots == [1, 1, 2, 2]
@@ -36,4 +36,6 @@ def test_bad_boots_are_refused_with_the_fix(tmp_path: Path, boots: object) -> No
     with pytest.raises(BaselineError, match=r"boots must list the boot .* of each of the 3 repeats.*re-record it"):
         Baseline.from_dict(doc, tmp_path / "bad.json")
     with pytest.raises(BaselineError, match="cannot be saved: boots must list"):
-        BaselineStore(tmp_path).save(replace(baseline([1000.0, 1010.0, 990.0]), boots=boots), rules=RULES)  # type: ignore[arg-type]
+        BaselineStore(tmp_path).save(
+            replace(baseline([1000.0, 1010.0, 990.0]), boots=boots), check=ToleranceCheck(RULES)
+        )  # type: ignore[arg-type]

@@ -9,7 +9,7 @@ from pathlib import Path
 from baseline_factories import baseline, fingerprint
 
 from perfgate.baseline import BaselineStore
-from perfgate.verdict import MetricRule
+from perfgate.verdict import MetricRule, ToleranceCheck
 
 RULES = [MetricRule("output_throughput", "higher", 0.03)]
 WRITERS = 4
@@ -23,10 +23,14 @@ def _writer(root: str, wid: int, errors: multiprocessing.Queue) -> None:
         for i in range(ROUNDS):
             value = 1000.0 + wid * 100 + i
             # Different baselines: this writer's own workload, one file per round slot.
-            store.save(baseline([value] * 3, workload=f"own-{wid}-{i % 3}"), rules=RULES)
+            store.save(baseline([value] * 3, workload=f"own-{wid}-{i % 3}"), check=ToleranceCheck(RULES))
             # The same baselines as every other writer, racing on the same files.
             for name in SHARED:
-                store.save(baseline([value] * 3, workload=name), rules=RULES, accept_regression="concurrency test")
+                store.save(
+                    baseline([value] * 3, workload=name),
+                    check=ToleranceCheck(RULES),
+                    accept_regression="concurrency test",
+                )
     except BaseException as e:
         errors.put(f"writer {wid}: {type(e).__name__}: {e}")
 

@@ -21,7 +21,7 @@ from perfgate.baseline import (
     read_baseline,
 )
 from perfgate.errors import BaselineError
-from perfgate.verdict import MetricRule
+from perfgate.verdict import MetricRule, ToleranceCheck
 
 RULES = [MetricRule("output_throughput", "higher", 0.03), MetricRule("mean_tpot_ms", "lower", 0.03, ceiling=1.0)]
 
@@ -29,7 +29,7 @@ RULES = [MetricRule("output_throughput", "higher", 0.03), MetricRule("mean_tpot_
 def test_save_then_load_round_trips(tmp_path: Path) -> None:
     store = BaselineStore(tmp_path)
     b = baseline([1000.0, 1010.0, 990.0])
-    path = store.save(b, rules=RULES)
+    path = store.save(b, check=ToleranceCheck(RULES))
     assert path == tmp_path / "glm5" / f"c1024-in256-out128--8xh100-80gb-hbm3-700W--{b.fingerprint.digest}.json"
     loaded = store.load("glm5", WL.name, b.fingerprint)
     assert loaded == b and loaded is not None and loaded.source == path
@@ -40,7 +40,7 @@ def test_save_then_load_round_trips(tmp_path: Path) -> None:
 
 def test_file_is_stable_reviewable_json(tmp_path: Path) -> None:
     store = BaselineStore(tmp_path)
-    path = store.save(baseline([1000.0, 1010.0, 990.0]), rules=RULES)
+    path = store.save(baseline([1000.0, 1010.0, 990.0]), check=ToleranceCheck(RULES))
     text = path.read_text()
     data = json.loads(text)
     assert text.endswith("}\n") and text == json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
@@ -76,8 +76,8 @@ def test_others_lists_other_fingerprints_and_says_what_differs(tmp_path: Path) -
     store = BaselineStore(tmp_path)
     eight = baseline([1000.0, 1001.0, 1002.0])
     four = baseline([500.0, 501.0, 502.0], fp=fingerprint(gpu_count=4, server_args=["--tp", "4"]))
-    store.save(eight, rules=RULES)
-    store.save(four, rules=RULES)
+    store.save(eight, check=ToleranceCheck(RULES))
+    store.save(four, check=ToleranceCheck(RULES))
     (other,) = store.others("glm5", WL.name, eight.fingerprint)
     assert other == four
     assert (
@@ -98,17 +98,19 @@ def test_others_lists_other_fingerprints_and_says_what_differs(tmp_path: Path) -
 
 def test_save_refuses_a_regression_without_a_reason(tmp_path: Path) -> None:
     store = BaselineStore(tmp_path)
-    store.save(baseline([1000.0, 1001.0, 1002.0]), rules=RULES)
+    store.save(baseline([1000.0, 1001.0, 1002.0]), check=ToleranceCheck(RULES))
     worse = baseline([900.0, 901.0, 902.0])
     with pytest.raises(BaselineError) as err:
-        store.save(worse, rules=RULES)
+        store.save(worse, check=ToleranceCheck(RULES))
     msg = str(err.value)
     assert "refusing to replace the stored baseline with worse numbers" in msg
     assert "output_throughput 901.0 tok/s < limit" in msg and "mean_tpot_ms" in msg
     assert "--perf-accept-regression" in msg
     assert store.load("glm5", WL.name, worse.fingerprint).repeats[0]["output_throughput"] == 1000.0  # type: ignore[union-attr]
 
-    path = store.save(worse, rules=RULES, accept_regression="FP8 KV cache: -10% throughput for 2x context")
+    path = store.save(
+        worse, check=ToleranceCheck(RULES), accept_regression="FP8 KV cache: -10% throughput for 2x context"
+    )
     stored = read_baseline(path)
     assert stored is not None and stored.repeats[0]["output_throughput"] == 900.0
     accepted = stored.provenance["accepted_regression"]
@@ -118,11 +120,11 @@ def test_save_refuses_a_regression_without_a_reason(tmp_path: Path) -> None:
 
 def test_save_accepts_improvements_noise_and_floor_misses(tmp_path: Path) -> None:
     store = BaselineStore(tmp_path)
-    store.save(baseline([1000.0, 1001.0, 1002.0]), rules=RULES)
-    store.save(baseline([1100.0, 1101.0, 1102.0]), rules=RULES)
+    store.save(baseline([1000.0, 1001.0, 1002.0]), check=ToleranceCheck(RULES))
+    store.save(baseline([1100.0, 1101.0, 1102.0]), check=ToleranceCheck(RULES))
     # Median 2 % down: inside the 3 % tolerance. (mean_tpot_ms is far above its 1.0 ceiling:
     # absolute bounds are the gate's business, not a reason to keep old numbers.)
-    store.save(baseline([1080.0, 1079.0, 1078.0]), rules=RULES)
+    store.save(baseline([1080.0, 1079.0, 1078.0]), check=ToleranceCheck(RULES))
     assert store.load("glm5", WL.name, fingerprint()).repeats[0]["output_throughput"] == 1080.0  # type: ignore[union-attr]
 
 
@@ -130,7 +132,7 @@ def test_save_refuses_non_finite_metrics(tmp_path: Path) -> None:
     with pytest.raises(
         BaselineError, match=r"cannot be saved: repeat #2 metric 'output_throughput' must be a finite number, got nan"
     ):
-        BaselineStore(tmp_path).save(baseline([1000.0, math.nan]), rules=RULES)
+        BaselineStore(tmp_path).save(baseline([1000.0, math.nan]), check=ToleranceCheck(RULES))
 
 
 def _write(path: Path, text: str) -> Path:
@@ -212,7 +214,7 @@ def test_schema_0_is_migrated_on_read_and_replaced_on_save(tmp_path: Path) -> No
     assert "noise test is off" in b.provenance["migration_note"]
 
     # Re-recording writes the current schema under the canonical name and drops the legacy file.
-    path = store.save(baseline([1001.0, 1002.0, 1003.0]), rules=RULES)
+    path = store.save(baseline([1001.0, 1002.0, 1003.0]), check=ToleranceCheck(RULES))
     assert not legacy.exists() and path.exists()
     assert json.loads(path.read_text())["schema_version"] == SCHEMA_VERSION
     assert [x.source for x in store.list_all()[0]] == [path]
@@ -268,7 +270,7 @@ def test_unwritable_root_raises(tmp_path: Path) -> None:
     root = tmp_path / "a-file"
     root.write_text("")
     with pytest.raises(BaselineError, match=r"cannot be created"):
-        BaselineStore(root).save(baseline([1000.0]), rules=RULES)
+        BaselineStore(root).save(baseline([1000.0]), check=ToleranceCheck(RULES))
 
 
 def test_held_lock_times_out_with_a_clear_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -284,7 +286,7 @@ def test_held_lock_times_out_with_a_clear_message(tmp_path: Path, monkeypatch: p
         held,
         pytest.raises(BaselineError, match=r"could not take the lock .* another perfgate run is updating baselines"),
     ):
-        store.save(baseline([1000.0]), rules=RULES)
+        store.save(baseline([1000.0]), check=ToleranceCheck(RULES))
     assert store.load("glm5", WL.name, fingerprint()) is None
 
 
@@ -292,7 +294,7 @@ def test_another_profile_in_this_profiles_folder_stops_the_run_before_boot(tmp_p
     """``team prod`` and ``team_prod`` share the folder team_prod: the second profile's record
     was refused only after its measurement, by the overwrite guard; its gate saw no baseline."""
     store = BaselineStore(tmp_path)
-    store.save(replace(baseline([1000.0, 1010.0, 990.0]), profile="team prod"), rules=RULES)
+    store.save(replace(baseline([1000.0, 1010.0, 990.0]), profile="team prod"), check=ToleranceCheck(RULES))
     assert store.check("team prod", for_update=False) == []
     for update in (False, True):
         with pytest.raises(BaselineError) as err:
@@ -307,7 +309,7 @@ def test_profile_folders_that_differ_only_in_case_stop_the_run_before_boot(tmp_p
     """On a case-insensitive file system (macOS, Windows) baselines/Chat and baselines/chat are one
     folder: the two profiles' baselines would overwrite each other after a clone there."""
     store = BaselineStore(tmp_path)
-    store.save(replace(baseline([1000.0, 1010.0, 990.0]), profile="Chat"), rules=RULES)
+    store.save(replace(baseline([1000.0, 1010.0, 990.0]), profile="Chat"), check=ToleranceCheck(RULES))
     with pytest.raises(BaselineError) as err:
         store.check("chat", for_update=True)
     message = str(err.value)
@@ -338,7 +340,7 @@ def test_json_that_would_crash_the_reader_is_named(tmp_path: Path, content: str,
 def test_a_key_given_twice_is_refused_not_the_last_one_taken(tmp_path: Path) -> None:
     # The audit's case: "output_throughput" again with 1.0, and a 6,000x faster run passed.
     store = BaselineStore(tmp_path)
-    path = store.save(baseline([1000.0, 1001.0, 1002.0]), rules=RULES)
+    path = store.save(baseline([1000.0, 1001.0, 1002.0]), check=ToleranceCheck(RULES))
     text = path.read_text()
     path.write_text(
         text.replace('"output_throughput": 1000.0', '"output_throughput": 1000.0, "output_throughput": 1.0')

@@ -10,7 +10,7 @@ import pytest
 from perfgate.baseline import Baseline, BaselineStore, fingerprint_for
 from perfgate.cli import main
 from perfgate.profile import Workload
-from perfgate.verdict import MetricRule
+from perfgate.verdict import MetricRule, ToleranceCheck
 from tests.fake_nvml import make, uuids
 
 W = Workload(name="c8-in16-out8", num_prompts=8, concurrency=8, input_len=16, output_len=8)
@@ -35,8 +35,8 @@ def _baseline(value: float, gpus: int = 8) -> Baseline:
 def test_list_show_diff(tmp_path, capsys):
     store = BaselineStore(tmp_path)
     rules = [MetricRule("output_throughput", "higher", tolerance=0.05)]
-    old = store.save(_baseline(1000.0), rules=rules)
-    new = store.save(_baseline(1100.0, gpus=4), rules=rules)
+    old = store.save(_baseline(1000.0), check=ToleranceCheck(rules))
+    new = store.save(_baseline(1100.0, gpus=4), check=ToleranceCheck(rules))
     assert main(["baselines", "list", "--dir", str(tmp_path)]) == 0
     listed = sorted(line.split("  ") for line in capsys.readouterr().out.splitlines())
     assert listed == [

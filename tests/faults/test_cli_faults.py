@@ -12,7 +12,7 @@ import pytest
 from perfgate.baseline import Baseline, BaselineStore, fingerprint_for
 from perfgate.cli import main
 from perfgate.profile import Workload
-from perfgate.verdict import MetricRule
+from perfgate.verdict import MetricRule, ToleranceCheck
 
 TPUT = {"metric": "output_throughput", "direction": "higher", "tolerance": 0.05, "floor": None, "ceiling": None}
 
@@ -151,7 +151,7 @@ def _store_with_one_good_and_one_bad(root: Path) -> None:
     )
     BaselineStore(root).save(
         Baseline("p", W.name, fp, [{"output_throughput": 1.0}] * 3),
-        rules=[MetricRule("output_throughput", "higher", 0.05)],
+        check=ToleranceCheck([MetricRule("output_throughput", "higher", 0.05)]),
     )
     (root / "p" / "c8--broken.json").write_text("{")
 

@@ -20,7 +20,7 @@ import pytest
 
 from perfgate.baseline import Baseline, BaselineStore, Fingerprint
 from perfgate.errors import BaselineError
-from perfgate.verdict import MetricRule
+from perfgate.verdict import MetricRule, ToleranceCheck
 from tests.faults.conftest import Gate, Outcome
 from tests.support import is_workload_baseline
 
@@ -180,10 +180,10 @@ def test_another_profile_sharing_the_folder_is_never_overwritten(tmp_path: Path)
     # "team prod" and "team_prod" share baselines/team_prod/; only the store can see both.
     fp = Fingerprint("NVIDIA H200", 1, 700, "580", "sglang", "/m", ())
     store, rules = BaselineStore(tmp_path), [MetricRule("output_throughput", "higher", 0.05)]
-    first = store.save(Baseline("team prod", "c8", fp, [{"output_throughput": 1.0}] * 3), rules=rules)
+    first = store.save(Baseline("team prod", "c8", fp, [{"output_throughput": 1.0}] * 3), check=ToleranceCheck(rules))
     before = first.read_bytes()
     with pytest.raises(BaselineError, match=r"holds profile 'team prod' workload 'c8', whose names share"):
-        store.save(Baseline("team_prod", "c8", fp, [{"output_throughput": 2.0}] * 3), rules=rules)
+        store.save(Baseline("team_prod", "c8", fp, [{"output_throughput": 2.0}] * 3), check=ToleranceCheck(rules))
     assert first.read_bytes() == before
 
 

@@ -304,7 +304,7 @@ def _baseline(repeats: list[dict[str, float]]) -> Baseline:
 
 
 def test_store_never_saves_what_it_would_refuse(tmp_path: Path) -> None:
-    from perfgate.verdict import MetricRule
+    from perfgate.verdict import MetricRule, ToleranceCheck
 
     rules = [
         MetricRule("output_throughput", "higher", tolerance=0.05),
@@ -312,11 +312,17 @@ def test_store_never_saves_what_it_would_refuse(tmp_path: Path) -> None:
     ]
     store = BaselineStore(tmp_path)
     with pytest.raises(BaselineError, match=r"gated metric 'output_throughput' is 0 in repeat\(s\) 1, 2"):
-        store.save(_baseline([{"output_throughput": 0.0, "server_queue_reqs_mean": 0.0}] * 2), rules=rules)
+        store.save(
+            _baseline([{"output_throughput": 0.0, "server_queue_reqs_mean": 0.0}] * 2), check=ToleranceCheck(rules)
+        )
     with pytest.raises(BaselineError, match=r"gated metric 'output_throughput' is missing from repeat\(s\) 2"):
-        store.save(_baseline([{"output_throughput": 5.0}, {"server_queue_reqs_mean": 0.0}]), rules=rules)
+        store.save(
+            _baseline([{"output_throughput": 5.0}, {"server_queue_reqs_mean": 0.0}]), check=ToleranceCheck(rules)
+        )
     # An empty queue is a measurement.
-    assert store.save(_baseline([{"output_throughput": 5.0, "server_queue_reqs_mean": 0.0}]), rules=rules).exists()
+    assert store.save(
+        _baseline([{"output_throughput": 5.0, "server_queue_reqs_mean": 0.0}]), check=ToleranceCheck(rules)
+    ).exists()
 
 
 @pytest.mark.parametrize(

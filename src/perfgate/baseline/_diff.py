@@ -8,7 +8,7 @@ from typing import Any
 
 from perfgate.baseline._document import Baseline
 from perfgate.baseline._fingerprint import Fingerprint
-from perfgate.verdict import fmt_value, unit_of
+from perfgate.catalogue import fmt_value, unit_of
 
 
 @dataclass(frozen=True)

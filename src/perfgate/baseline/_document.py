@@ -19,9 +19,8 @@ from perfgate._limits import MAX_BOOTS, is_boot
 from perfgate._stats import median
 from perfgate.baseline._args import normalize_args
 from perfgate.baseline._fingerprint import Fingerprint, driver_major
-from perfgate.catalogue import METRICS
+from perfgate.catalogue import METRICS, names
 from perfgate.errors import BaselineError
-from perfgate.telemetry import TELEMETRY_METRICS
 
 SCHEMA_VERSION = 1
 
@@ -187,10 +186,11 @@ def gated_problems(baseline: Baseline, gated: Iterable[str]) -> list[str]:
     read as "no baseline" and pass unjudged), or 0 where that gates nothing (see
     :attr:`perfgate.catalogue.Metric.zero_ok`). Power metrics may all be absent together: power was
     not measured when it was recorded, which the gate reports as such."""
-    measured_power = any(m in TELEMETRY_METRICS for r in baseline.repeats for m in r)
+    power = names("telemetry")
+    measured_power = any(m in power for r in baseline.repeats for m in r)
     problems = []
     for metric in sorted(set(gated)):
-        if metric in TELEMETRY_METRICS and not measured_power:
+        if metric in power and not measured_power:
             continue
         missing = [i for i, r in enumerate(baseline.repeats, start=1) if metric not in r]
         if missing:

@@ -23,6 +23,7 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Protocol
 
 import filelock
 
@@ -40,9 +41,23 @@ from perfgate.baseline._document import (
 )
 from perfgate.baseline._fingerprint import Fingerprint
 from perfgate.errors import BaselineError
-from perfgate.verdict import MetricRule, judge
 
 LOCK_TIMEOUT_S = 120.0
+
+
+class RegressionCheck(Protocol):
+    """What the store asks before it replaces stored numbers, under its lock: the caller's
+    judgement of the new repeats against the stored ones (the gate policy's, injected, so that the
+    store only stores)."""
+
+    @property
+    def gated(self) -> Sequence[str]:
+        """The metrics every stored repeat must hold."""
+        ...
+
+    def regressions(self, new: Baseline, stored: Baseline) -> list[str]:
+        """One line per metric ``new`` is worse in than ``stored``; [] when none is."""
+        ...
 
 
 class BaselineStore:
@@ -237,16 +252,15 @@ class BaselineStore:
         self,
         baseline: Baseline,
         *,
-        rules: Sequence[MetricRule],
+        check: RegressionCheck,
         accept_regression: str | None = None,
-        alpha: float = 0.05,
         accept_option: str = "--perf-accept-regression",
     ) -> Path:
         """Store ``baseline`` as the accepted numbers for its fingerprint; return the file path.
 
-        If a baseline already exists for the fingerprint, the new repeats are judged against it
-        with ``rules`` (tolerances only: absolute floors/ceilings are not a reason to keep old
-        numbers); when any metric is worse, the save is refused with BaselineError unless
+        Every repeat must hold ``check.gated``. If a baseline already exists for the fingerprint,
+        ``check`` (the caller's policy, e.g. ``perfgate.verdict.ToleranceCheck``) judges the new
+        repeats against it; when any metric is worse, the save is refused with BaselineError unless
         ``accept_regression`` gives a reason, which is stored in the provenance together with
         what regressed. The comparison is made against the file on disk under the lock, so two
         racing updates cannot slip a regression past each other. ``accept_option`` is the option
@@ -258,7 +272,7 @@ class BaselineStore:
         except (TypeError, ValueError) as e:
             raise BaselineError(f"baseline {path}: cannot be saved: {e}") from None
         # What the next read would refuse is never written.
-        problems = gated_problems(baseline, [r.metric for r in rules])
+        problems = gated_problems(baseline, check.gated)
         if problems:
             raise BaselineError(f"baseline {path}: cannot be saved: {'; '.join(problems)}")
         try:
@@ -277,7 +291,7 @@ class BaselineStore:
                     _refuse_foreign(path, baseline)
                 provenance = dict(baseline.provenance)
                 if current is not None:
-                    regressions = _regressions(baseline, current, rules, alpha)
+                    regressions = check.regressions(baseline, current)
                     if regressions and not accept_regression:
                         raise BaselineError(
                             f"baseline {path}: refusing to replace the stored baseline with worse numbers: "
@@ -405,14 +419,6 @@ def _check_writable(folder: Path) -> None:
             f"baseline directory {folder} is not writable ({e}); nothing was run. Pass a writable directory "
             "with --perf-baselines or fix its permissions"
         ) from None
-
-
-def _regressions(new: Baseline, old: Baseline, rules: Sequence[MetricRule], alpha: float) -> list[str]:
-    relative = [replace(r, floor=None, ceiling=None) for r in rules if r.tolerance is not None]
-    verdict = judge(
-        new.workload, relative, new.repeats, old.repeats, alpha=alpha, current_boots=new.boots, baseline_boots=old.boots
-    )
-    return [m.message for m in verdict.metrics if m.status == "fail"]
 
 
 def read_baseline(path: Path) -> Baseline | None:

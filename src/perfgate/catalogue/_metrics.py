@@ -395,3 +395,12 @@ def unit_of(name: str) -> str:
     """The unit a metric's value is in, for messages ("" for a count, a ratio or an unknown name)."""
     m = METRICS.get(name)
     return m.unit if m else ""
+
+
+def fmt_value(value: float, unit: str) -> str:
+    """A metric value for people: thousands separators, sensible precision, unit."""
+    a = abs(value)
+    text = f"{value:,.1f}" if a >= 100 else f"{value:,.2f}" if a >= 1 else f"{value:.3g}"
+    if not unit:
+        return text
+    return f"{text}{unit}" if unit == "%" else f"{text} {unit}"

@@ -19,6 +19,7 @@ from perfgate.correctness._probe import ProbeOutcome
 from perfgate.correctness._record import ProbeRecord
 from perfgate.correctness._verdict import NAME
 from perfgate.errors import BaselineError
+from perfgate.verdict import ToleranceCheck
 
 
 def _record_of(b: Baseline) -> ProbeRecord:
@@ -75,4 +76,4 @@ def save_record(
     )
     # No rules: a new reference is a different model's answers, which the caller only records
     # when they agree with the stored ones or a reason is given.
-    return store.save(baseline, rules=[], accept_regression=reason)
+    return store.save(baseline, check=ToleranceCheck(()), accept_regression=reason)

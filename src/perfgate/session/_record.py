@@ -9,7 +9,7 @@ from typing import Any
 from perfgate.baseline import Baseline, BaselineStore, Fingerprint, provenance
 from perfgate.profile import Profile
 from perfgate.session._result import RepeatResult, window_json
-from perfgate.verdict import MetricRule
+from perfgate.verdict import MetricRule, ToleranceCheck
 
 
 def record_baseline(
@@ -61,5 +61,8 @@ def record_baseline(
         boots=list(boots) if len(set(boots)) > 1 else None,
     )
     return store.save(
-        baseline, rules=rules, accept_regression=reason, alpha=profile.gate.alpha, accept_option=accept_option
+        baseline,
+        check=ToleranceCheck(rules, profile.gate.alpha),
+        accept_regression=reason,
+        accept_option=accept_option,
     )

@@ -7,8 +7,8 @@ rules, a_runs, b_runs, ...)`` judges variant B against variant A round by round 
 :class:`PairedMetricVerdict` per rule. Pure Python, no I/O.
 """
 
-from perfgate.catalogue import CAPACITY, Direction, direction_of, unit_of
-from perfgate.verdict._decide import fmt_value
+from perfgate.catalogue import CAPACITY, Direction, direction_of, fmt_value, unit_of
+from perfgate.verdict._check import ToleranceCheck
 from perfgate.verdict._judge import (
     RECORD_HINT,
     MetricVerdict,
@@ -39,6 +39,7 @@ __all__ = [
     "NoiseTest",
     "PairedMetricVerdict",
     "Status",
+    "ToleranceCheck",
     "WorkloadVerdict",
     "binomial_half_cdf",
     "capacity_rule",

@@ -154,12 +154,3 @@ def decision_message(
     if shown is not None:
         return f"{head} within {shown.kind} {value_text(shown)}{detail}"
     return f"{head}{detail}"
-
-
-def fmt_value(value: float, unit: str) -> str:
-    """A metric value for people: thousands separators, sensible precision, unit."""
-    a = abs(value)
-    text = f"{value:,.1f}" if a >= 100 else f"{value:,.2f}" if a >= 1 else f"{value:.3g}"
-    if not unit:
-        return text
-    return f"{text}{unit}" if unit == "%" else f"{text} {unit}"

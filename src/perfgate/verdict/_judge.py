@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from perfgate._stats import median
-from perfgate.catalogue import Direction, unit_of
+from perfgate.catalogue import Direction, fmt_value, unit_of
 from perfgate.profile import InconclusivePolicy
-from perfgate.verdict._decide import check_policy, decide, decision_message, fmt_value, reaches
+from perfgate.verdict._decide import check_policy, decide, decision_message, reaches
 from perfgate.verdict._mannwhitney import mann_whitney_less, min_p_value
 from perfgate.verdict._rules import MetricRule
 

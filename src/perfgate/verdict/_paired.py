@@ -37,9 +37,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from perfgate._stats import median
-from perfgate.catalogue import Direction, unit_of
+from perfgate.catalogue import Direction, fmt_value, unit_of
 from perfgate.profile import InconclusivePolicy
-from perfgate.verdict._decide import check_policy, decide, decision_message, fmt_value, reaches
+from perfgate.verdict._decide import check_policy, decide, decision_message, reaches
 from perfgate.verdict._judge import WorkloadVerdict
 from perfgate.verdict._rules import MetricRule
 
