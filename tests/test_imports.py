@@ -95,3 +95,19 @@ def test_no_import_cycle_among_perfgate_modules() -> None:
 def test_the_cycle_check_finds_a_cycle() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"p": {"p.x"}, "p.x": {"p"}}) == []
+
+
+def test_stages_that_must_not_reach_up_do_not() -> None:
+    """The store stores (its check is injected by the policy; formats and metric groups come from the
+    catalogue), and the load gets the server's headers passed down: neither imports the stage named."""
+    graph = _graph()
+    forbidden = {"perfgate.baseline": ("perfgate.verdict", "perfgate.telemetry"), "perfgate.load": ("perfgate.server",)}
+    found = [
+        f"{module} imports {dep}"
+        for module, deps in graph.items()
+        for stage, above in forbidden.items()
+        if _stage(module) == stage
+        for dep in deps
+        if dep.startswith(above)
+    ]
+    assert not found, "\n".join(found)
