@@ -82,7 +82,9 @@ def test_a_near_tie_is_not_a_mismatch_and_the_limit_is_a_share() -> None:
     one_wrong = {0: [*range(99), 7]}
     # 1 of 100 positions is within the probe's 2 % limit; so is a flip by less than the near-tie.
     assert _check(_Scorer(truth), _answers(one_wrong)).problem == ""
-    assert _check(_Scorer(truth, logprob=-0.12), _answers({0: [7] * 100})).mismatches == 0
+    tied = _check(_Scorer(truth, logprob=-0.12), _answers({0: [7] * 100}))
+    assert (tied.mismatches, tied.near_ties) == (0, 99)
+    assert "0 not the model's argmax (99 near-ties), 0 non-finite" in tied.line()
     assert _check(_Scorer(truth, logprob=-0.12), _answers({0: [7] * 100}), near_tie_nats=0.01).problem
 
 

@@ -78,6 +78,20 @@ def test_a_flip_at_a_near_tie_is_not_a_mismatch() -> None:
     assert _agree(ref, _answer([5, 6], [-0.69, -0.2]), scored)["correctness_argmax_mismatch"] == 0
 
 
+def test_near_ties_are_counted_apart_from_mismatches() -> None:
+    ref = _record(_answer([5, 6, 7], [-0.69, -0.2, -0.3], runner_up=0.01))
+    # Position 0: another token leads by 0.01 nats (a tie); position 2: by 2 nats (a mismatch).
+    scored = [
+        Position(5, -0.70, ((42, -0.69), (5, -0.70))),
+        Position(6, -0.2, ((6, -0.2),)),
+        Position(7, -2.3, ((43, -0.3), (7, -2.3))),
+    ]
+    a = agreement(ref, _answer([5, 6, 7], [-0.69, -0.2, -0.3]), scored, 8, delta_limit=LIMIT, near_tie_nats=TIE)
+    tf = a.views["teacher-forced"]
+    assert (tf.mismatches, tf.near_ties) == (1, 1)
+    assert (a.views["greedy"].mismatches, a.views["greedy"].near_ties) == (0, 0)
+
+
 def test_greedy_view_catches_a_decode_only_fault_that_teacher_forcing_misses() -> None:
     ref_answer = _answer([1, 2, 3, 4, 5, 6, 7, 8], [-0.1] * 8)
     # Decode parts from the reference at position 2 with a clear lead lost; prefill agrees.

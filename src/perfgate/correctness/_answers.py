@@ -53,7 +53,9 @@ class AnswerCheck:
     """A repeat's sampled load answers, scored: ``requests`` and ``positions`` scored, of them
     ``mismatches`` (a token that is not the server's argmax there, near-ties aside) and
     ``nonfinite`` (a NaN or infinite logprob). ``problem``: why the answers are not the model's
-    ("" when they are); ``note``: what limited the check ("" when every asked request was scored)."""
+    ("" when they are); ``note``: what limited the check ("" when every asked request was scored);
+    ``near_ties``: positions whose token is not the argmax but within ``near_tie_nats`` of it (not
+    mismatches: how often the load's batch and the scoring prefill broke a tie differently)."""
 
     requests: int = 0
     positions: int = 0
@@ -67,6 +69,7 @@ class AnswerCheck:
     text_unspelled: int = 0
     # Wall time of the scoring requests (the check's cost to the run).
     duration_s: float = 0.0
+    near_ties: int = 0
 
     def line(self) -> str:
         """The check in one line for the summary."""
@@ -74,7 +77,9 @@ class AnswerCheck:
             return f"not scored ({self.note})" if self.note else "not scored"
         text = (
             f"{self.requests} answer(s) scored teacher-forced, {self.positions:,} positions: "
-            f"{self.mismatches} not the model's argmax, {self.nonfinite} non-finite; text spells the ids in "
+            f"{self.mismatches} not the model's argmax"
+            + (f" ({self.near_ties} near-ties)" if self.near_ties else "")
+            + f", {self.nonfinite} non-finite; text spells the ids in "
             f"{self.text_checked - self.text_unspelled} of {self.text_checked} checked; {self.duration_s:.1f} s"
         )
         return text + (f" ({self.note})" if self.note else "")
@@ -106,6 +111,19 @@ def _judge(answer: LoadAnswer, scored: Sequence[Position], near_tie_nats: float)
     if first is None:
         return None
     return _Wrong(answer.request, first[0], first[1], mismatches, nonfinite)
+
+
+def _near_ties(scored: Sequence[Position], near_tie_nats: float) -> int:
+    """Positions whose token is not the argmax, but within ``near_tie_nats`` of it (finite ones)."""
+    return sum(
+        1
+        for pos in scored
+        if math.isfinite(pos.logprob)
+        and all(math.isfinite(lp) for _, lp in pos.top)
+        and pos.argmax is not None
+        and pos.argmax != pos.token
+        and pos.top[0][1] - pos.logprob < near_tie_nats
+    )
 
 
 def _spelling(answer: LoadAnswer, scored: Sequence[Position]) -> tuple[int, int] | None:
@@ -171,9 +189,10 @@ async def score_answers(
     nonfinite = sum(w.nonfinite for w in wrong)
     checked, unspelled, text_problem = _unspelled(workload, answers, scored)
     counts = (len(answers), positions, mismatches, nonfinite)
+    ties = sum(_near_ties(s, near_tie_nats) for s in scored)
     share_limit = limits.get("correctness_argmax_mismatch", 0.0)
     if not wrong or (nonfinite <= limits.get("correctness_nonfinite", 0.0) and mismatches <= share_limit * positions):
-        return AnswerCheck(*counts, text_problem, note, checked, unspelled)
+        return AnswerCheck(*counts, text_problem, note, checked, unspelled, near_ties=ties)
     first = wrong[0]
     pos = first.sent
     if math.isfinite(pos.logprob) and all(math.isfinite(lp) for _, lp in pos.top):
@@ -190,7 +209,8 @@ async def score_answers(
         f"{share_limit:.1%}: [correctness] limits.correctness_argmax_mismatch) and {nonfinite} are NaN or infinite: "
         "the answers were rewritten on the way, given without the model, or computed wrong in the load's batch"
     )
-    return AnswerCheck(*counts, "; ".join(p for p in (problem, text_problem) if p), note, checked, unspelled)
+    problems = "; ".join(p for p in (problem, text_problem) if p)
+    return AnswerCheck(*counts, problems, note, checked, unspelled, near_ties=ties)
 
 
 def check_load_answers(

@@ -66,7 +66,8 @@ class ViewStats:
     """One view of a prompt's agreement: ``scored`` positions compared; ``argmax_known``: of them,
     where the server named its most likely token; ``deltas``/``delta_sum``/``delta_max``: how many
     finite |logprob differences|, their sum and max; ``mismatches``: positions whose reference
-    token is no longer the most likely (near-ties aside)."""
+    token is no longer the most likely (near-ties aside); ``near_ties``: positions where another
+    token is the most likely, but by less than ``near_tie_nats`` (not counted as mismatches)."""
 
     scored: int = 0
     argmax_known: int = 0
@@ -74,6 +75,7 @@ class ViewStats:
     delta_sum: float = 0.0
     delta_max: float = 0.0
     mismatches: int = 0
+    near_ties: int = 0
 
 
 @dataclass(frozen=True)
@@ -131,7 +133,7 @@ def agreement(
     bad: list[tuple[int, View]] = []
     for view, positions in views:
         deltas: list[float] = []
-        known = mismatches = 0
+        known = mismatches = ties = 0
         for i, pos in enumerate(positions):
             expected = reference.logprobs[i]
             if not math.isfinite(pos.logprob):
@@ -149,8 +151,10 @@ def agreement(
                     mismatches += 1
                     if first_mismatch is None:
                         first_mismatch = (i, view)
+                elif pos.argmax != reference.tokens[i]:
+                    ties += 1
         stats[view] = ViewStats(
-            len(positions), known, len(deltas), math.fsum(deltas), max(deltas, default=0.0), mismatches
+            len(positions), known, len(deltas), math.fsum(deltas), max(deltas, default=0.0), mismatches, ties
         )
     total = sum(len(p) for _, p in views)
     findings = []

@@ -139,6 +139,7 @@ class CorrectnessResult:
                                     "delta_mean": v.delta_sum / v.deltas if v.deltas else None,
                                     "delta_max": v.delta_max,
                                     "mismatches": v.mismatches,
+                                    "near_ties": v.near_ties,
                                 }
                                 for view, v in a.views.items()
                             },

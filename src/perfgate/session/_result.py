@@ -204,6 +204,7 @@ class WorkloadResult(Judgement):
             text_checked=sum(c.text_checked for c in checks),
             text_unspelled=sum(c.text_unspelled for c in checks),
             duration_s=sum(c.duration_s for c in checks),
+            near_ties=sum(c.near_ties for c in checks),
         )
         failed = sum(1 for c in checks if c.problem)
         return total.line() + (f"; {failed} of {len(checks)} repeats not the model's" if failed else "")
