@@ -264,13 +264,16 @@ def _metric(text: str) -> str:
     return text
 
 
-def _parser() -> argparse.ArgumentParser:
+def parser() -> argparse.ArgumentParser:
+    """The ``perfgate`` command's parser (also read by the options reference)."""
     parser = argparse.ArgumentParser(prog="perfgate", description="perfgate: performance gate for LLM serving")
     sub = parser.add_subparsers(dest="command", required=True)
     doctor = sub.add_parser("doctor", help="check a GPU host before a gate run", add_help=False)
     doctor.add_argument("rest", nargs=argparse.REMAINDER)
     b = sub.add_parser("baselines", help="list, show or diff stored baselines")
-    b.add_argument("action", choices=["list", "show", "diff"])
+    b.add_argument(
+        "action", choices=["list", "show", "diff"], help="list the store, show baseline files, or diff OLD NEW"
+    )
     b.add_argument("paths", nargs="*", help="baseline files (show: one or more; diff: OLD NEW)")
     b.add_argument("--dir", default="baselines", help="baseline store (default: baselines)")
     c = sub.add_parser(
@@ -365,7 +368,7 @@ def _main(argv: list[str]) -> int:
             from perfgate.doctor import main as doctor_main
 
             return doctor_main(argv[1:])
-        args = _parser().parse_args(argv)
+        args = parser().parse_args(argv)
         try:
             if args.command == "baselines":
                 return _baselines(args)

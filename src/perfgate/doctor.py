@@ -39,11 +39,10 @@ _AUTOTUNE_HINTS = {
 }
 
 
-def main(argv: Sequence[str]) -> int:
+def parser() -> argparse.ArgumentParser:
+    """``perfgate doctor``'s options (also read by the options reference)."""
     parser = argparse.ArgumentParser(prog="perfgate doctor", description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--python", default=sys.executable, help="interpreter of the SGLang environment (default: this one)"
-    )
+    parser.add_argument("--python", help="interpreter of the SGLang environment (default: this one)")
     parser.add_argument(
         "--sglang-root",
         type=Path,
@@ -51,7 +50,12 @@ def main(argv: Sequence[str]) -> int:
         "a source checkout, or the sglang package directory",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    args = parser.parse_args(list(argv))
+    return parser
+
+
+def main(argv: Sequence[str]) -> int:
+    args = parser().parse_args(list(argv))
+    args.python = args.python or sys.executable
     try:
         check_python(args.python, "pass --python the interpreter of SGLang's environment")
     except ServerError as err:

@@ -186,7 +186,8 @@ def _header(summary: RunSummary) -> list[str]:
     if summary.host_cpu_note:
         lines.append(f"host CPU: {summary.host_cpu_note}")
     autotune = server.provenance.get("autotune") if server is not None else None
-    if isinstance(autotune, dict):
+    # A server kind without the autotune (the simulator, vLLM, an attached one) records none.
+    if isinstance(autotune, dict) and autotune:
         lines.append(f"autotune: {describe_autotune(autotune)}")
     return lines
 
