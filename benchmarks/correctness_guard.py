@@ -61,7 +61,7 @@ def _probe_once(
             session.server()
             boot_and_probe_s = time.monotonic() - start
         finally:
-            session.close()
+            session.stack.close()
     result = session.correctness
     assert result is not None and result.ran
     if result.error:

@@ -61,7 +61,7 @@ def main() -> None:
                 }
                 print(f"{w.name:>12}: {out[w.name]}", flush=True)
         finally:
-            session.close()
+            session.stack.close()
     print(json.dumps(out))
 
 

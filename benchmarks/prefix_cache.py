@@ -59,7 +59,7 @@ def _run(profile: Profile, workloads: list[Workload]) -> dict[str, dict[str, flo
                 print(f"{w.name:>24}: " + ", ".join(f"{k} {v:g}" for k, v in out[w.name].items()))
             return out
         finally:
-            session.close()
+            session.stack.close()
 
 
 def main() -> None:

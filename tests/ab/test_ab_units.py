@@ -281,8 +281,10 @@ class _Script:
                 # No server here: the A/B's correctness probe is left out (tests/ab/test_ab_e2e.py runs it).
                 raise PerfgateError("scripted session: no server to probe")
 
-            def close(self) -> list[str]:
-                return list(script.teardown_notes.get(label, []))
+            class stack:
+                @staticmethod
+                def close() -> list[str]:
+                    return list(script.teardown_notes.get(label, []))
 
             def summary(self, notes: tuple[str, ...]) -> RunSummary:
                 server = ServerSummary(

@@ -168,7 +168,7 @@ def test_every_metric_a_run_produces_is_declared_and_every_declared_one_is_produ
     try:
         result = session.run(profile.workload("w"))
     finally:
-        session.close()
+        session.stack.close()
     (repeat,) = result.repeats
     produced = set(repeat.flat_metrics())
     assert produced <= set(METRICS), f"produced but not declared: {sorted(produced - set(METRICS))}"

@@ -506,7 +506,7 @@ def test_sglangs_own_metrics_see_prefix_cache_hits_and_count_sharegpt_as_perfgat
             timeout=120,
         ).json()
     finally:
-        session.close()
+        session.stack.close()
     release.assert_no_leftovers("the prefix-cache and ShareGPT session")
     hits = {name: rep.flat_metrics().get("server_cache_hit_rate") for name, rep in runs.items()}
     window = runs["shared"].server

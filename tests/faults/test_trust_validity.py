@@ -353,7 +353,7 @@ def test_committed_baselines_still_load() -> None:
         profile = load_profile(repo / "profiles" / f"{name}.toml")
         session = Session(profile, SessionOptions(baselines_dir=repo / "baselines", log_dir=repo / "unused"))
         assert session.store_notes == []
-        session.close()
+        session.stack.close()
 
 
 # -- the profile's integers are bounded; a single point needs num_prompts >= concurrency ------

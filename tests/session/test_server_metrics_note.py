@@ -57,7 +57,7 @@ def test_a_non_sglang_server_without_metrics_gets_one_label_and_no_sglang_advice
             s.server()
             summary = s.summary()
         finally:
-            s.close()
+            s.stack.close()
     assert summary.server is not None and summary.server.version == ""
     (line,) = [line for line in _header(summary) if line.startswith("server metrics")]
     assert line == (

@@ -75,7 +75,7 @@ def test_the_servers_counters_hold_exactly_the_measured_requests(tmp_path):
         shared = s.run(s.profile.workload("shared"))
         random_ = s.run(s.profile.workload("random"))
     finally:
-        s.close()
+        s.stack.close()
     for result in (shared, random_):
         (rep,) = result.repeats
         window = rep.server
@@ -107,7 +107,7 @@ def test_another_load_on_the_server_makes_the_run_invalid(tmp_path):
     finally:
         stop.set()
         thread.join()
-        s.close()
+        s.stack.close()
     gap = result.repeats[0].output_token_gap()
     assert gap is not None and gap > 0.05
     assert any(
@@ -128,14 +128,14 @@ def test_a_gated_server_metric_needs_the_servers_metrics(tmp_path):
         ):
             s.server()
     finally:
-        s.close()
+        s.stack.close()
     # Not gated: the run goes on and says why the server's metrics are missing.
     s = session(tmp_path, SHARED, telemetry='server_metrics_path = "/nope"')
     try:
         (rep,) = s.run(s.profile.workload("shared")).repeats
         assert rep.server is None and "HTTP 404" in rep.server_note and "HTTP 404" in s.summary().server_metrics_note
     finally:
-        s.close()
+        s.stack.close()
 
 
 SWEEP = """
@@ -155,7 +155,7 @@ def test_a_sweep_whose_client_set_the_pace_has_no_capacity_to_judge(tmp_path):
     try:
         result = s.run_sweep(s.profile.sweeps[0])
     finally:
-        s.close()
+        s.stack.close()
     assert result.capacities == [48]
     assert not result.valid and len(result.invalid_reasons) == 3
     assert all("the load client, not the server, set the pace" in r for r in result.invalid_reasons)
@@ -173,7 +173,7 @@ def test_sweep_bisects_between_the_last_load_within_and_the_first_beyond(tmp_pat
     try:
         result = s.run_sweep(s.profile.sweeps[0])
     finally:
-        s.close()
+        s.stack.close()
     assert [(p.load, p.bisected) for p in result.points] == [
         (4, False),
         (16, False),
@@ -207,7 +207,7 @@ def test_a_sweep_on_two_boots_runs_every_point_on_both_and_records_its_capacity_
     try:
         result = s.run_sweep(s.profile.sweeps[0])
     finally:
-        s.close()
+        s.stack.close()
     # The bisected load too ran on both boots: without them its one repeat cut every capacity but boot 1's.
     assert [(p.load, p.bisected, [r.boot for r in p.repeats]) for p in result.points] == [
         (4, False, [1, 2]),
@@ -247,7 +247,7 @@ def test_multi_turn_sessions_wait_think_interleave_and_hit_the_cache(tmp_path, p
         chat = s.run(s.profile.workload("chat"))
         random_ = s.run(s.profile.workload("random"))
     finally:
-        s.close()
+        s.stack.close()
     (rep,) = chat.repeats
     assert chat.valid, chat.invalid_reasons
     assert rep.load.client.processes == processes
@@ -297,11 +297,11 @@ def test_a_gated_server_metric_missing_or_nan_makes_the_run_invalid(tmp_path, va
     gated = SHARED.replace('name = "shared"', 'name = "shared"\nfloors = { server_cache_hit_rate = 0.5 }')
     s = session(tmp_path, gated)
     rep = _repeat(CLIENT | values, server_note=note)
-    (reason,) = s.invalid_reasons(s.profile.workload("shared"), [rep])
+    (reason,) = s.policy.invalid_reasons(s.profile.workload("shared"), [rep])
     why = note or "the server's /metrics does not report it"
     assert reason == f"repeat 1: gated server_cache_hit_rate not measured ({why})"
     rep.metrics.values = CLIENT | {"server_cache_hit_rate": 0.2}
-    assert s.invalid_reasons(s.profile.workload("shared"), [rep]) == []
+    assert s.policy.invalid_reasons(s.profile.workload("shared"), [rep]) == []
 
 
 STEADY = "no steady figures: the steady window (0.7 s at >= 90% of 12 in flight) holds no output token"
@@ -342,11 +342,11 @@ def test_a_gated_client_metric_the_repeat_did_not_measure_makes_the_run_invalid(
     values = {k: v for k, v in CLIENT.items() if k not in unmeasured}
     why = {k: v for k, v in unmeasured.items() if v}
     workload = s.profile.workload("shared")
-    assert s.invalid_reasons(workload, [_repeat(values, unmeasured=why)]) == reasons
+    assert s.policy.invalid_reasons(workload, [_repeat(values, unmeasured=why)]) == reasons
     # A NaN is no number either.
     nan = CLIENT | dict.fromkeys(unmeasured, float("nan"))
-    assert s.invalid_reasons(workload, [_repeat(nan, unmeasured=why)]) == reasons
-    assert s.invalid_reasons(workload, [_repeat(CLIENT)]) == []
+    assert s.policy.invalid_reasons(workload, [_repeat(nan, unmeasured=why)]) == reasons
+    assert s.policy.invalid_reasons(workload, [_repeat(CLIENT)]) == []
 
 
 LIED = "GPU 0 (…0000beef) from dcgm-exporter http://x/metrics: power_avg_w nan is not a finite number; ..."
@@ -364,13 +364,13 @@ def test_a_gated_power_floor_that_telemetry_could_not_measure_makes_the_run_inva
     workload = s.profile.workload("shared")
     window = _telemetry(None, f"GPU 0 (…0000beef): no power reading in the window ({LIED})")
     rep = _repeat(CLIENT | window.metrics(), telemetry=window)
-    assert s.invalid_reasons(workload, [rep]) == [
+    assert s.policy.invalid_reasons(workload, [rep]) == [
         f"repeat 1: gated gpu_power_min_w not measured (GPU 0 (…0000beef): no power reading in the window ({LIED}))"
     ]
     measured = _telemetry(300.0)
-    assert s.invalid_reasons(workload, [_repeat(CLIENT | measured.metrics(), telemetry=measured)]) == []
+    assert s.policy.invalid_reasons(workload, [_repeat(CLIENT | measured.metrics(), telemetry=measured)]) == []
     # Without any telemetry source power is "not measured" with its reason, and require_power decides.
-    assert s.invalid_reasons(workload, [_repeat(CLIENT)]) == []
+    assert s.policy.invalid_reasons(workload, [_repeat(CLIENT)]) == []
 
 
 def test_a_server_that_counted_zero_output_tokens_is_a_note_not_a_crash():

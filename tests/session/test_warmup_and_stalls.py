@@ -72,7 +72,7 @@ def test_a_steady_warmup_runs_past_a_slow_first_round_and_reports_its_rounds(tmp
     try:
         result = s.run(s.profile.workload("steady"))
     finally:
-        s.close()
+        s.stack.close()
     assert result.valid, result.invalid_reasons
     (rep,) = result.repeats
     warm = rep.load.steady_warmup
@@ -90,7 +90,7 @@ def test_a_steady_warmup_that_does_not_settle_within_its_cap_makes_the_run_inval
     try:
         result = s.run(s.profile.workload("capped"))
     finally:
-        s.close()
+        s.stack.close()
     (rep,) = result.repeats
     warm = rep.load.steady_warmup
     assert warm is not None and not warm.converged and warm.rounds == 1
@@ -114,7 +114,7 @@ def test_a_stall_in_the_measured_phase_makes_that_run_invalid_with_its_start_and
         stalled = s.run(s.profile.workload("stalled"))
         calm = s.run(s.profile.workload("calm"))
     finally:
-        s.close()
+        s.stack.close()
     (rep,) = stalled.repeats
     (stall,) = rep.stalls
     assert 2.4 < stall.length_s < 4.0 and stall.start_s > 0 and stall.in_flight >= 1

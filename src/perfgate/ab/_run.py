@@ -142,7 +142,7 @@ class _Rounds:
                 self.runs.setdefault(w.name, []).append(run)
                 self.on_event(f"round {round_}/{planned} {label}: {w.name}: {_headline(run)}")
         finally:
-            notes = session.close()
+            notes = session.stack.close()
         self.boots[label].append(session.summary(tuple(notes)))
 
     def _probe(self, session: Session, label: Label, round_: int, planned: int) -> None:

@@ -79,7 +79,7 @@ def perf_gate(request: pytest.FixtureRequest, perf_workload: Workload) -> GateCh
     state = request.config.stash[STATE_KEY]
     if not state.ab_mode:
         result = request.getfixturevalue("perf_result")
-        return GateChecks.of_gate(result, request.getfixturevalue("perf_session").telemetry_note)
+        return GateChecks.of_gate(result, request.getfixturevalue("perf_session").stack.telemetry_note)
     try:
         summary = state.ab_summary(request.session.items)
         if summary.stopped:

@@ -145,7 +145,7 @@ class PluginState:
 
     def close(self) -> None:
         if self.session is not None:
-            self.teardown_notes = self.session.close()
+            self.teardown_notes = self.session.stack.close()
 
     def summary(self) -> RunSummary:
         assert self.session is not None, "summary() before the session started"

@@ -5,58 +5,40 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import Protocol
 
 from perfgate._files import reserve_dir
 from perfgate._names import file_stem, path_in
-from perfgate.baseline import BaselineStore
 from perfgate.errors import BaselineError, PerfgateError
 from perfgate.explain import TABLE_KIND, ExplainError, ExplainResult, compare, read_table, run_slice
-from perfgate.gpu import Hardware
 from perfgate.load import LoadRun, Progress
-from perfgate.profile import Profile, Workload
-from perfgate.server import RunningServer
-from perfgate.session._options import SessionOptions
+from perfgate.profile import Workload
+from perfgate.session._policy import GatePolicy
 from perfgate.session._result import RepeatResult, WorkloadResult
+from perfgate.session._stack import ServerStack
 
 
-class Session(Protocol):
-    """What the explain slice needs of a gate session (a structural type: no import of the
-    session module, which calls this one)."""
-
-    profile: Profile
-    options: SessionOptions
-    store: BaselineStore
-
-    def server(self) -> RunningServer: ...
-
-    def hardware(self) -> Hardware: ...
-
-    def repeat_fn(
-        self, workload: Workload, repeats: list[RepeatResult], on_progress: Callable[[Progress], None] | None
-    ) -> Callable[[], None]: ...
-
-
-def explain_workload(session: Session, workload: Workload, result: WorkloadResult) -> ExplainResult:
-    """Profile an extra repeat of ``workload``; when recording, store its table with the baseline just
-    recorded; when gating, compare it with the stored one. Never raises: what fails is a note."""
-    spec = session.profile.explain
-    server = session.server()
+def explain_workload(
+    stack: ServerStack, policy: GatePolicy, workload: Workload, result: WorkloadResult
+) -> ExplainResult:
+    """Profile an extra repeat of ``workload`` on ``stack``'s server; when recording, store its table
+    with the baseline just recorded in ``policy``'s store; when gating, compare it with the stored one.
+    Never raises: what fails is a note."""
+    options = policy.options
+    spec = policy.profile.explain
+    server = stack.server()
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     try:
         # Absolute: the server writes into it, from its own working directory.
-        folder = reserve_dir(
-            path_in(session.options.log_dir.absolute(), "explain"), f"{file_stem(workload.name)}-{stamp}"
-        )
+        folder = reserve_dir(path_in(options.log_dir.absolute(), "explain"), f"{file_stem(workload.name)}-{stamp}")
     except OSError as e:
-        return ExplainResult(note=f"no folder for the profile under {session.options.log_dir} ({e.strerror or e})")
+        return ExplainResult(note=f"no folder for the profile under {options.log_dir} ({e.strerror or e})")
     extra: list[RepeatResult] = []
 
     def run_repeat(on_progress: Callable[[Progress], None]) -> LoadRun:
-        session.repeat_fn(workload, extra, on_progress)()
+        stack.repeat_fn(workload, extra, on_progress)()
         return extra[-1].load
 
-    gpus = session.hardware().gpu_count
+    gpus = stack.hardware().gpu_count
     try:
         res = run_slice(
             run_repeat,
@@ -73,10 +55,10 @@ def explain_workload(session: Session, workload: Workload, result: WorkloadResul
     if extra:
         res.slice_metrics = extra[-1].flat_metrics()
     fingerprint = result.fingerprint
-    if fingerprint is None or res.table is None or session.options.measure_only:
+    if fingerprint is None or res.table is None or options.measure_only:
         return res
-    store, profile = session.store, session.profile.name
-    if session.options.update_baselines:
+    store, profile = policy.store, policy.profile.name
+    if options.update_baselines:
         if not result.recorded:
             res.notes.append("not stored as the reference profile: the baseline was not recorded")
             return res

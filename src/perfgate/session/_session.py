@@ -6,16 +6,15 @@ The pytest plugin is a thin layer over this class; nothing here imports pytest.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 
-from perfgate.baseline import Baseline, BaselineStore, Fingerprint
+from perfgate.baseline import BaselineStore, Fingerprint
 from perfgate.correctness import CorrectnessResult, check_records, off_reason, probe_spec
 from perfgate.correctness import gate as correctness_gate
 from perfgate.errors import BaselineError, PerfgateError
-from perfgate.gpu import Hardware
 from perfgate.load import Progress, check_dataset, dataset_identity
 from perfgate.profile import Profile, Sweep, Workload, validate
-from perfgate.server import RunningServer, ServerConfig
+from perfgate.server import RunningServer
 from perfgate.session._explain import explain_workload
 from perfgate.session._options import SessionOptions
 from perfgate.session._policy import GatePolicy
@@ -24,7 +23,7 @@ from perfgate.session._result import RepeatResult, SweepResult, WorkloadResult
 from perfgate.session._stack import ServerStack
 from perfgate.session._summary import RunSummary
 from perfgate.session._sweep import SweepRun
-from perfgate.telemetry import SERVER_METRICS, GpuIdentity
+from perfgate.telemetry import SERVER_METRICS
 from perfgate.verdict import MetricRule, MetricVerdict, WorkloadVerdict, capacity_rule, judge, rules_for
 
 RepeatRunner = Callable[[Callable[[], None], int], None]
@@ -92,16 +91,6 @@ class Session:
         gated = {name: [r.metric for r in rules] for name, rules in self._rules.items()}
         return gated | {name: [rule.metric] for name, rule in self._sweep_rules.items()}
 
-    @property
-    def telemetry_note(self) -> str:
-        """Why power is not measured ("" when it is)."""
-        return self.stack.telemetry_note
-
-    @property
-    def server_metrics_note(self) -> str:
-        """Why the server's /metrics is not read ("" when it is)."""
-        return self.stack.server_metrics_note
-
     # -- server and telemetry -------------------------------------------------------------
     def server(self) -> RunningServer:
         """The server, booted on first use; a boot that failed is not retried (its error is raised again)."""
@@ -124,7 +113,7 @@ class Session:
             headers=server.headers(),
             store=self.store,
             profile=self.profile.name,
-            fingerprint=lambda: self.fingerprint(spec.identity()),
+            fingerprint=lambda: self.stack.fingerprint(spec.identity()),
             update=self.options.update_baselines,
             accept_reason=self.options.accept_regression,
             server_provenance=server.provenance,
@@ -141,11 +130,11 @@ class Session:
             profile_name=self.profile.name,
             profile_path=str(self.profile.path),
             server=self.stack.server_summary(),
-            gpus=tuple(self.gpus()),
+            gpus=tuple(self.stack.gpus()),
             power_source=self.stack.power_source,
-            telemetry_note=self.telemetry_note,
+            telemetry_note=self.stack.telemetry_note,
             server_metrics_url=self.stack.server_metrics_url,
-            server_metrics_note=self.server_metrics_note,
+            server_metrics_note=self.stack.server_metrics_note,
             host_cpu_note=self.stack.host_cpu_note,
             workloads=tuple(self.results.values()),
             sweeps=tuple(self.sweep_results.values()),
@@ -157,16 +146,7 @@ class Session:
             correctness=self.correctness,
         )
 
-    def gpus(self) -> list[GpuIdentity]:
-        return self.stack.gpus()
-
-    def close(self) -> list[str]:
-        return self.stack.close()
-
     # -- workloads ------------------------------------------------------------------------
-    def repeats_for(self, workload: Workload) -> int:
-        return self.policy.repeats_for(workload)
-
     def run_sweep(self, sweep: Sweep, on_progress: Callable[[Progress], None] | None = None) -> SweepResult:
         """Run (once per session) every load of ``sweep`` and judge its capacity; later calls return
         the cached result. A point that stops raises its error (also on later calls)."""
@@ -221,7 +201,7 @@ class Session:
                 WorkloadResult(
                     workload=workload.name,
                     repeats=repeats,
-                    invalid_reasons=self.invalid_reasons(workload, repeats),
+                    invalid_reasons=self.policy.invalid_reasons(workload, repeats),
                     fingerprint=fingerprint,
                 ),
             )
@@ -232,7 +212,7 @@ class Session:
         """``result`` with its explain slice, when [explain] or --perf-explain asks for one."""
         # perfgate ab decides itself which of its sessions profile (round 1 only).
         if self.options.explain or (self.profile.explain.enabled and not self.options.measure_only):
-            result.explain = explain_workload(self, workload, result)
+            result.explain = explain_workload(self.stack, self.policy, workload, result)
         return result
 
     def _once(self, workload: Workload, body: Callable[[list[RepeatResult]], WorkloadResult]) -> WorkloadResult:
@@ -248,7 +228,7 @@ class Session:
             self.results[workload.name] = WorkloadResult(
                 workload=workload.name,
                 repeats=repeats,
-                invalid_reasons=self.invalid_reasons(workload, repeats),
+                invalid_reasons=self.policy.invalid_reasons(workload, repeats),
                 error=str(e),
             )
             raise
@@ -265,16 +245,16 @@ class Session:
         """Run the workload's repeats into ``repeats`` (on each of [gate] boots); return the function
         that runs one more and the fingerprint the results belong to."""
         boots = self.policy.boots
-        n = self.repeats_for(workload) * boots
+        n = self.policy.repeats_for(workload) * boots
         one_repeat = self.stack.repeat_fn(
-            workload, repeats, on_progress, per_boot=self.repeats_for(workload) if boots > 1 else None
+            workload, repeats, on_progress, per_boot=self.policy.repeats_for(workload) if boots > 1 else None
         )
         repeat_runner(one_repeat, n)
         if len(repeats) != n:
             raise PerfgateError(
                 f"workload {workload.name}: {len(repeats)} of {n} repeats ran; the repeat runner must run each once"
             )
-        return one_repeat, self.fingerprint({**workload.spec(), **dataset_identity(workload)})
+        return one_repeat, self.stack.fingerprint({**workload.spec(), **dataset_identity(workload)})
 
     def _run(
         self,
@@ -284,22 +264,22 @@ class Session:
         repeat_runner: RepeatRunner,
     ) -> WorkloadResult:
         one_repeat, fingerprint = self._measure(workload, repeats, on_progress, repeat_runner)
-        n = self.repeats_for(workload)
+        n = self.policy.repeats_for(workload)
         rules = self._rules[workload.name]
-        baseline, note = self.baseline_for(workload.name, fingerprint)
+        baseline, note = self.policy.baseline_for(workload.name, fingerprint)
 
         def verdict_now() -> WorkloadVerdict[MetricVerdict]:
-            return self.judge(
+            return self.policy.judge(
                 workload.name, rules, [r.flat_metrics() for r in repeats], baseline, note, [r.boot for r in repeats]
             )
 
-        verdict = self.decide(
+        verdict = self.policy.decide(
             verdict_now, lambda: _call_n_times(one_repeat, 1), n, max(self.profile.max_repeats_for(workload), n)
         )
         result = WorkloadResult(
             workload=workload.name,
             repeats=repeats,
-            invalid_reasons=self.invalid_reasons(workload, repeats),
+            invalid_reasons=self.policy.invalid_reasons(workload, repeats),
             verdict=verdict,
             fingerprint=fingerprint,
             baseline_path=str(self.store.path_for(self.profile.name, workload.name, fingerprint)) if baseline else "",
@@ -339,56 +319,3 @@ class Session:
                 baseline_boots=result.repeat_boots(),
             )
         return result
-
-    def baseline_for(self, name: str, fingerprint: Fingerprint) -> tuple[Baseline | None, str]:
-        """The stored baseline of ``name`` for ``fingerprint``, or None and a note on the others that exist."""
-        return self.policy.baseline_for(name, fingerprint)
-
-    def judge(
-        self,
-        name: str,
-        rules: Sequence[MetricRule],
-        current: list[dict[str, float]],
-        baseline: Baseline | None,
-        note: str,
-        current_boots: Sequence[int] | None = None,
-    ) -> WorkloadVerdict[MetricVerdict]:
-        """``current`` repeats (on ``current_boots``; None: one boot) against ``baseline`` under the
-        profile's [gate] policy."""
-        return self.policy.judge(name, rules, current, baseline, note, current_boots)
-
-    def decide(
-        self,
-        verdict_now: Callable[[], WorkloadVerdict[MetricVerdict]],
-        more: Callable[[], None],
-        n: int,
-        max_repeats: int,
-    ) -> WorkloadVerdict[MetricVerdict]:
-        """The verdict after the [gate] policy's extra repeats (see :meth:`GatePolicy.decide`)."""
-        return self.policy.decide(verdict_now, more, n, max_repeats)
-
-    def repeat_fn(
-        self, workload: Workload, repeats: list[RepeatResult], on_progress: Callable[[Progress], None] | None
-    ) -> Callable[[], None]:
-        """A function that runs one more measured repeat of ``workload`` and appends it to ``repeats``
-        (the server is booted first if need be; a server that died raises ServerError)."""
-        return self.stack.repeat_fn(workload, repeats, on_progress)
-
-    def invalid_reasons(
-        self, workload: Workload, repeats: list[RepeatResult], *, count_failures: bool = True
-    ) -> list[str]:
-        """Why these repeats of ``workload`` do not describe the server under this load alone
-        (see :meth:`GatePolicy.invalid_reasons`)."""
-        return self.policy.invalid_reasons(workload, repeats, count_failures=count_failures)
-
-    def hardware(self) -> Hardware:
-        """The hardware of this run (see :meth:`ServerStack.hardware`)."""
-        return self.stack.hardware()
-
-    def server_config(self) -> ServerConfig:
-        """The server's engine and flags as fingerprints see them (read once: it may run ``--help``)."""
-        return self.stack.server_config()
-
-    def fingerprint(self, spec: Mapping[str, object]) -> Fingerprint:
-        """The fingerprint of what ``spec`` measures (a workload's or a sweep's) on this server and hardware."""
-        return self.stack.fingerprint(spec)
