@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import getpass
-import importlib.metadata
 import os
 import socket
 import subprocess
@@ -11,6 +10,8 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+import perfgate
 
 
 def utc_now_iso() -> str:
@@ -27,10 +28,7 @@ def current_user() -> str:
 
 
 def perfgate_version() -> str:
-    try:
-        return importlib.metadata.version("perfgate")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown (not installed)"
+    return perfgate.__version__
 
 
 def git_commit(repo_dir: Path | str = ".") -> str | None:
