@@ -412,3 +412,23 @@ def test_a_regression_names_what_changed_in_the_stack_since_the_baseline(gate: G
     (results,) = gate.results.glob("results-*.json")
     (workload,) = json.loads(results.read_text())["workloads"]
     assert workload["baseline"]["changes"] == sorted(changed)
+
+
+def test_a_run_far_better_than_its_baseline_says_to_record_it_and_may_without_a_reason(gate: Gate) -> None:
+    """The ratchet: a baseline left far below a passing run would hide the next regression."""
+    _recorded(gate)
+    (path,) = workload_baselines(gate.baselines)
+    doc = json.loads(path.read_text())
+    for r in doc["repeats"]:
+        r["output_throughput"] /= 2
+    path.write_text(json.dumps(doc, sort_keys=True, indent=2) + "\n")
+    outcome = gate.run(f"--perf-results={gate.results}", tolerance=DOCTORED_TOLERANCE)
+    assert outcome.ret == 0, outcome.out[-3000:]
+    line = next(x for x in outcome.out.splitlines() if x.startswith(f"ratchet: {WORKLOAD}: "))
+    assert "output_throughput +" in line and "better than the baseline" in line and "--perf-update-baselines" in line
+    (results,) = gate.results.glob("results-*.json")
+    (workload,) = json.loads(results.read_text())["workloads"]
+    assert workload["baseline"]["improved"] and workload["baseline"]["improved"][0].startswith("output_throughput +")
+    # Better numbers need no --perf-accept-regression to be recorded.
+    assert gate.run("--perf-update-baselines", tolerance=DOCTORED_TOLERANCE).ret == 0
+    assert json.loads(path.read_text())["repeats"][0]["output_throughput"] > doc["repeats"][0]["output_throughput"]

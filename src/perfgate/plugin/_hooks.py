@@ -15,7 +15,7 @@ from perfgate.errors import PerfgateError
 from perfgate.plugin._benchmark import BenchmarkHooks
 from perfgate.plugin._state import STATE_KEY, PluginState
 from perfgate.plugin._xdist import XdistGuard, refuse_on_worker
-from perfgate.report import render_text, report_lines, rows, write_ab_results, write_results
+from perfgate.report import ratchet_note, render_text, report_lines, rows, write_ab_results, write_results
 from perfgate.server import check_url, describe_autotune
 from perfgate.session import RunSummary
 
@@ -224,6 +224,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             terminalreporter.write_line(f"baseline: {res.workload}: {res.baseline_note}{recorded}")
         if res.changes:
             terminalreporter.write_line(f"changed since the baseline: {res.workload}: {'; '.join(res.changes)}")
+        if res.improved:
+            terminalreporter.write_line(f"ratchet: {res.workload}: {ratchet_note(res.improved)}")
         if res.explain is not None:
             terminalreporter.write_line(f"explain: {res.workload}: {res.explain.status()}")
     for sw in summary.sweeps:

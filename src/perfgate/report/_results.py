@@ -140,6 +140,7 @@ def _baseline_json(j: WorkloadResult | SweepResult) -> dict[str, Any]:
         "recorded": j.recorded,
         "previous": j.previous_values,
         "changes": list(j.changes),
+        "improved": list(j.improved),
     }
 
 
@@ -211,6 +212,15 @@ def results_document(summary: RunSummary, *, stream_requests: bool = False) -> d
     }
 
 
+def ratchet_note(improved: Sequence[str]) -> str:
+    """What a passing run that beats its baseline beyond tolerance should lead to."""
+    return (
+        "; ".join(improved)
+        + ": record it with --perf-update-baselines (better numbers need no reason), or a later regression "
+        "hides under the old number"
+    )
+
+
 def markdown_summary(summary: RunSummary) -> str:
     lines = [f"## perfgate: {summary.profile_name}", ""]
     server = summary.server
@@ -223,6 +233,8 @@ def markdown_summary(summary: RunSummary) -> str:
             lines += ["", f"**{res.workload}**: {host_bound}"]
         if res.changes:
             lines += ["", f"**{res.workload}**: changed since the baseline: " + "; ".join(res.changes)]
+        if res.improved:
+            lines += ["", f"**{res.workload}**: {ratchet_note(res.improved)}"]
         if res.explain is not None:
             lines += ["", f"**{res.workload}** ({res.explain.excluded}):", "", "```", *res.explain.lines(), "```"]
     for name, err in summary.failures.items():

@@ -143,7 +143,8 @@ class Judgement:
     judged (invalid, or stopped: ``error`` says why); ``baseline_note``: what happened to the
     baseline (recorded, kept, refused); ``previous_values``: the medians of the baseline a
     recording replaced; ``changes``: what changed in the server's stack since that baseline was
-    recorded (autotune tactics, versions), most suspect first.
+    recorded (autotune tactics, versions), most suspect first; ``improved``: the gated metrics a
+    passing run beats that baseline on beyond their tolerance (it should be recorded again).
     """
 
     invalid_reasons: list[str] = field(default_factory=list)
@@ -154,6 +155,7 @@ class Judgement:
     recorded: bool = False
     previous_values: dict[str, float] = field(default_factory=dict)
     changes: tuple[str, ...] = ()
+    improved: tuple[str, ...] = ()
     error: str = ""
 
     @property

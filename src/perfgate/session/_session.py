@@ -24,7 +24,15 @@ from perfgate.session._stack import ServerStack
 from perfgate.session._summary import RunSummary
 from perfgate.session._sweep import SweepRun
 from perfgate.telemetry import SERVER_METRICS
-from perfgate.verdict import MetricRule, MetricVerdict, WorkloadVerdict, capacity_rule, judge, rules_for
+from perfgate.verdict import (
+    MetricRule,
+    MetricVerdict,
+    WorkloadVerdict,
+    capacity_rule,
+    improvements,
+    judge,
+    rules_for,
+)
 
 RepeatRunner = Callable[[Callable[[], None], int], None]
 
@@ -287,6 +295,17 @@ class Session:
             previous_values=baseline.medians() if baseline else {},
             changes=self.policy.changes_since(baseline),
         )
+        if baseline is not None and verdict.passed and not self.options.update_baselines:
+            result.improved = tuple(
+                improvements(
+                    rules,
+                    result.repeat_metrics(),
+                    baseline.repeats,
+                    alpha=self.profile.gate.alpha,
+                    current_boots=result.repeat_boots(),
+                    baseline_boots=baseline.boots,
+                )
+            )
         if self.options.update_baselines:
             if not result.valid:
                 result.baseline_note = "not recorded: the run was invalid (" + "; ".join(result.invalid_reasons) + ")"

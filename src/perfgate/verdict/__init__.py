@@ -15,6 +15,7 @@ from perfgate.verdict._judge import (
     NoiseTest,
     Status,
     WorkloadVerdict,
+    improvements,
     judge,
 )
 from perfgate.verdict._mannwhitney import mann_whitney_less, min_p_value
@@ -46,6 +47,7 @@ __all__ = [
     "check_metric_name",
     "direction_of",
     "fmt_value",
+    "improvements",
     "judge",
     "judge_paired",
     "mann_whitney_less",
