@@ -35,8 +35,10 @@ from perfgate.baseline import Baseline, BaselineStore
 from perfgate.errors import PerfgateError, ProfileError
 from perfgate.profile import GateSpec, Profile, ServerSpec, TelemetrySpec, Workload
 from perfgate.report import report_lines
+from perfgate.server.autotune import read_tactics
 from perfgate.session import RunSummary, ServerSummary, WorkloadResult
 from perfgate.verdict import ToleranceCheck, judge_paired, rules_for
+from tests.autotune.test_tactics import VERSIONS, cache_dir, tactics, write_cache
 from tests.baseline.baseline_factories import fingerprint
 
 
@@ -244,9 +246,13 @@ class _Script:
     (number, "paced") for a run the client paced, (number, "failed") for one with failed
     requests, or an exception to raise."""
 
-    def __init__(self, tpot, teardown_notes: dict[str, list[str]] | None = None) -> None:
+    def __init__(
+        self, tpot, teardown_notes: dict[str, list[str]] | None = None, autotune: dict[str, dict] | None = None
+    ) -> None:
         self.tpot = tpot
         self.teardown_notes = teardown_notes or {}
+        # variant -> the autotune record its server's provenance holds (an SGLang launch's)
+        self.autotune = autotune or {}
         self.boots: list[tuple[str, tuple[str, ...]]] = []
 
     def session(self, profile: Profile, options: object) -> object:
@@ -287,9 +293,10 @@ class _Script:
                     return list(script.teardown_notes.get(label, []))
 
             def summary(self, notes: tuple[str, ...]) -> RunSummary:
-                server = ServerSummary(
-                    "simulator", "m", "http://127.0.0.1:1", "0.5.23", 0.5, {"versions": {"server": label}}
-                )
+                provenance: dict[str, object] = {"versions": {"server": label}}
+                if label in script.autotune:
+                    provenance["autotune"] = script.autotune[label]
+                server = ServerSummary("simulator", "m", "http://127.0.0.1:1", "0.5.23", 0.5, provenance)
                 return RunSummary("p", "profiles/p.toml", server, (), "", "off", (), {}, {}, (), notes)
 
         return Session()
@@ -482,3 +489,21 @@ def test_options_read_back_alike_under_either_name(flags: AbFlags) -> None:
         AbOptions(rounds=4, max_rounds=3, flags=flags).check()
     with pytest.raises(PerfgateError, match=f"^{c}env 'X': expected NAME=VALUE"):
         candidate_from(lambda flag: ["X"] if flag == f"{c}env" else [], flags)
+
+
+def test_report_says_how_many_autotune_tactics_differ_between_a_and_b(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Two fresh tunes can pick other kernels: a B/A change may be the tactics, not the upgrade."""
+    records = {
+        label: read_tactics([write_cache(cache_dir(tmp_path / label), tactics(12, changed))], VERSIONS).to_dict()
+        for label, changed in (("A", frozenset()), ("B", frozenset({3})))
+    }
+    autotune = {
+        label: {"decision": "native", "status": "native", "ok": True, "evidence": "ran", "tactics": record}
+        for label, record in records.items()
+    }
+    script = _Script(lambda label, w, i: 20.0, autotune=autotune)
+    text = "\n".join(report_lines(_run(monkeypatch, script, rounds=2, keyword="c64")))
+    assert "autotune tactics: 1 of 12 entries differ between A and B (1 changed)" in text
+    assert "autotune B: decision native (SGLang native); evidence: ran; 12 tactics in 1 file (sm90" in text

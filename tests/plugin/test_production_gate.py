@@ -165,9 +165,22 @@ def test_a_sweep_finds_its_capacity_and_the_gate_catches_a_slowdown_through_it(g
     baselines = sorted(p.name.split("--")[0] for p in workload_baselines(tmp_path / "baselines" / "production"))
     assert baselines == ["cap", "cap_c128", "cap_c16", "cap_c32", "cap_c64"]
 
+    # The ratchet: the same server against a capacity baseline doctored down to 16 passes and says
+    # the baseline should be recorded again (the file is put back for the slowdown below).
+    (cap,) = [p for p in workload_baselines(tmp_path / "baselines" / "production") if p.name.startswith("cap--")]
+    original = cap.read_bytes()
+    doc = json.loads(original)
+    for r in doc["repeats"]:
+        r["capacity"] = 16.0
+    cap.write_text(json.dumps(doc))
     same = gate(SWEEP, sim=STEEP)
-    assert same.ret == 0, same.stdout.str()
-    assert summary_verdicts(same.stdout.str())[("cap", "capacity (concurrency, p90)")] == "PASS"
+    out = same.stdout.str()
+    assert same.ret == 0, out
+    assert summary_verdicts(out)[("cap", "capacity (concurrency, p90)")] == "PASS"
+    assert re.search(
+        r"ratchet: cap: capacity \+100\.0% better than the baseline \(16\.00 -> 32\.00; beyond its 5%", out
+    ), out
+    cap.write_bytes(original)
 
     slow = gate(SWEEP, env={"PERFGATE_SIM_SLOWDOWN": "1.5"}, sim=STEEP)
     out = slow.stdout.str()

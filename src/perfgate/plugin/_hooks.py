@@ -236,6 +236,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             terminalreporter.write_line(f"baseline: {sw.sweep}: {sw.baseline_note}{recorded}")
         if sw.changes:
             terminalreporter.write_line(f"changed since the baseline: {sw.sweep}: {'; '.join(sw.changes)}")
+        if sw.improved:
+            terminalreporter.write_line(f"ratchet: {sw.sweep}: {ratchet_note(sw.improved)}")
     c = summary.correctness
     if c is not None:
         took = f" in {c.outcome.duration_s:.1f} s ({c.outcome.in_flight()})" if c.outcome is not None else ""

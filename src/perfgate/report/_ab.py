@@ -16,6 +16,7 @@ from perfgate.ab import AbRun, AbSummary, AbWorkload, VariantSummary
 from perfgate.report._results import plain, repeat_json, write_documents
 from perfgate.report._table import align
 from perfgate.server import describe_autotune
+from perfgate.server.autotune import compare_tactics
 from perfgate.verdict import PairedMetricVerdict, fmt_value, sign_test_min_rounds, unit_of
 
 AB_SCHEMA = 1
@@ -165,6 +166,10 @@ def report_lines(summary: AbSummary) -> list[str]:
         _autotune_line(a),
         _autotune_line(b),
     ]
+    # Two fresh tunes can pick other kernels: a B/A change may be the tactics, not the upgrade.
+    tactics = compare_tactics(a.autotune().get("tactics"), b.autotune().get("tactics"), ("A", "B"))
+    if tactics:
+        lines.append(tactics)
     for w in summary.workloads:
         if w.fingerprint_note:
             lines.append(f"fingerprint {w.name}: {w.fingerprint_note}")

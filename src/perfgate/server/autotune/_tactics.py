@@ -212,14 +212,15 @@ def foreign_environment(metadata: Mapping[str, Any], versions: Mapping[str, str 
     return ", ".join(out)
 
 
-def compare_tactics(old: Any, new: Any) -> str:
+def compare_tactics(old: Any, new: Any, labels: tuple[str, str] = ("the baseline", "this run")) -> str:
     """What differs between two :meth:`TacticRecord.to_dict` records (a baseline's and this
-    run's), e.g. ``autotune tactics: 86 of 191 entries differ from the baseline's (80 changed,
-    6 only in the baseline)``; "" when they match or neither side recorded tactics."""
+    run's, or ``labels`` names them: ("A", "B") for an A/B), e.g. ``autotune tactics: 86 of 191
+    entries differ from the baseline's (80 changed, 6 only in the baseline)``; "" when they match
+    or neither side recorded tactics."""
     if old is None and new is None:
         return ""
     sides: list[tuple[str, TacticRecord | None, str]] = []
-    for label, data in (("the baseline", old), ("this run", new)):
+    for label, data in zip(labels, (old, new)):
         if data is None:
             sides.append((label, None, "recorded no tactic cache"))
             continue
@@ -241,11 +242,12 @@ def compare_tactics(old: Any, new: Any) -> str:
     union = len(a.entries.keys() | b.entries.keys())
     parts = [
         f"{n} {what}"
-        for n, what in ((changed, "changed"), (only_old, "only in the baseline"), (only_new, "only in this run"))
+        for n, what in ((changed, "changed"), (only_old, f"only in {labels[0]}"), (only_new, f"only in {labels[1]}"))
         if n
     ]
     where = f"; {a.arch or '?'} -> {b.arch or '?'}" if a.arch != b.arch else ""
+    between = "from the baseline's" if labels[0] == "the baseline" else f"between {labels[0]} and {labels[1]}"
     return (
-        f"autotune tactics: {changed + only_old + only_new} of {union} entries differ from the baseline's "
+        f"autotune tactics: {changed + only_old + only_new} of {union} entries differ {between} "
         f"({', '.join(parts)}{where})"
     )
