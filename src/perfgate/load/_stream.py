@@ -219,7 +219,7 @@ class Streamer:
     def _quote(self, body: bytes) -> str:
         """The start of a body the server sent instead of a stream, with the keys redacted (a
         proxy's error page may echo the request's Authorization header)."""
-        # The plan's keys travel to client processes with it; the registry holds the rest.
+        # The registry holds the keys (a client process registers its plan's when it starts).
         return _quoted(body, 300, SECRETS.clip)
 
     def _reason(self, failure: HTTPFailure, state: StreamState) -> str:

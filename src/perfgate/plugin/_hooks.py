@@ -17,7 +17,7 @@ from perfgate.plugin._state import STATE_KEY, PluginState
 from perfgate.plugin._xdist import XdistGuard, refuse_on_worker
 from perfgate.report import ratchet_note, render_text, report_lines, rows, write_ab_results, write_results
 from perfgate.server import check_url, describe_autotune
-from perfgate.session import RunSummary
+from perfgate.session import RunSummary, SweepResult, WorkloadResult
 
 
 # Last, so that pytest's terminal reporter exists to have its output redacted.
@@ -192,6 +192,20 @@ def _header(summary: RunSummary) -> list[str]:
     return lines
 
 
+def _baseline_lines(name: str, judged: WorkloadResult | SweepResult) -> list[str]:
+    """What a workload or sweep did with its baseline, what changed in the stack since it was
+    recorded, and the ratchet, one line each where there is something to say."""
+    lines = []
+    if judged.baseline_note:
+        recorded = f" -> {judged.baseline_path}" if judged.recorded else ""
+        lines.append(f"baseline: {name}: {judged.baseline_note}{recorded}")
+    if judged.changes:
+        lines.append(f"changed since the baseline: {name}: {'; '.join(judged.changes)}")
+    if judged.improved:
+        lines.append(f"ratchet: {name}: {ratchet_note(judged.improved)}")
+    return lines
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     state = terminalreporter.config.stash.get(STATE_KEY, None)
     if state is not None and state.ab is not None:
@@ -219,25 +233,15 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         host_bound = res.host_bound_summary()
         if host_bound:
             terminalreporter.write_line(f"{res.workload}: {host_bound}")
-        if res.baseline_note:
-            recorded = f" -> {res.baseline_path}" if res.recorded else ""
-            terminalreporter.write_line(f"baseline: {res.workload}: {res.baseline_note}{recorded}")
-        if res.changes:
-            terminalreporter.write_line(f"changed since the baseline: {res.workload}: {'; '.join(res.changes)}")
-        if res.improved:
-            terminalreporter.write_line(f"ratchet: {res.workload}: {ratchet_note(res.improved)}")
+        for line in _baseline_lines(res.workload, res):
+            terminalreporter.write_line(line)
         if res.explain is not None:
             terminalreporter.write_line(f"explain: {res.workload}: {res.explain.status()}")
     for sw in summary.sweeps:
         for note in sw.notes:
             terminalreporter.write_line(f"note: {sw.sweep}: {note}")
-        if sw.baseline_note:
-            recorded = f" -> {sw.baseline_path}" if sw.recorded else ""
-            terminalreporter.write_line(f"baseline: {sw.sweep}: {sw.baseline_note}{recorded}")
-        if sw.changes:
-            terminalreporter.write_line(f"changed since the baseline: {sw.sweep}: {'; '.join(sw.changes)}")
-        if sw.improved:
-            terminalreporter.write_line(f"ratchet: {sw.sweep}: {ratchet_note(sw.improved)}")
+        for line in _baseline_lines(sw.sweep, sw):
+            terminalreporter.write_line(line)
     c = summary.correctness
     if c is not None:
         took = f" in {c.outcome.duration_s:.1f} s ({c.outcome.in_flight()})" if c.outcome is not None else ""

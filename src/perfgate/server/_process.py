@@ -202,7 +202,6 @@ def launch(
     env: Mapping[str, str],
     log_path: Path,
     cwd: Path | None = None,
-    redactor: Redactor | None = None,
     cpus: frozenset[int] = frozenset(),
 ) -> ServerProcess:
     """Start ``argv`` in its own process group with stdout+stderr appended to ``log_path``; with
@@ -212,7 +211,7 @@ def launch(
     replaced before it reaches the log (servers log their arguments, keys included); otherwise
     the server writes the log file directly.
     """
-    redactor = redactor or Redactor()
+    redactor = Redactor()
     shown = redactor.argv(argv)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     # Both ends close on exec (PEP 446): only the watchdog is handed the read end.

@@ -368,7 +368,7 @@ def _launch(
     taken: list[int] = []
     while True:
         log_path = log_dir / f"server-{spec.kind}-{port}.log"
-        proc = launch(argv, env, log_path, redactor=Redactor(), cpus=cpus)
+        proc = launch(argv, env, log_path, cpus=cpus)
         server = RunningServer(
             spec.kind,
             f"http://{spec.host}:{port}",

@@ -16,7 +16,7 @@ from perfgate.session._options import SessionOptions
 from perfgate.session._record import record_baseline
 from perfgate.session._result import RepeatResult
 from perfgate.session._stack import ServerStack
-from perfgate.verdict import MetricRule, MetricVerdict, WorkloadVerdict, judge
+from perfgate.verdict import MetricRule, MetricVerdict, WorkloadVerdict, improvements, judge
 
 
 class GatePolicy:
@@ -61,6 +61,29 @@ class GatePolicy:
         if baseline is None:
             return ()
         return tuple(stack_changes(baseline.provenance.get("server"), self._stack.server().provenance()))
+
+    def improved(
+        self,
+        rules: Sequence[MetricRule],
+        current: Sequence[Mapping[str, float]],
+        current_boots: Sequence[int],
+        baseline: Baseline | None,
+        verdict: WorkloadVerdict[MetricVerdict],
+    ) -> tuple[str, ...]:
+        """The ratchet: the gated metrics a passing run beats ``baseline`` on beyond their tolerance
+        (see :func:`perfgate.verdict.improvements`); () when recording, failing or without a baseline."""
+        if baseline is None or not verdict.passed or self.options.update_baselines:
+            return ()
+        return tuple(
+            improvements(
+                rules,
+                current,
+                baseline.repeats,
+                alpha=self.profile.gate.alpha,
+                current_boots=current_boots,
+                baseline_boots=baseline.boots,
+            )
+        )
 
     def judge(
         self,

@@ -29,7 +29,6 @@ from perfgate.verdict import (
     MetricVerdict,
     WorkloadVerdict,
     capacity_rule,
-    improvements,
     judge,
     rules_for,
 )
@@ -295,17 +294,7 @@ class Session:
             previous_values=baseline.medians() if baseline else {},
             changes=self.policy.changes_since(baseline),
         )
-        if baseline is not None and verdict.passed and not self.options.update_baselines:
-            result.improved = tuple(
-                improvements(
-                    rules,
-                    result.repeat_metrics(),
-                    baseline.repeats,
-                    alpha=self.profile.gate.alpha,
-                    current_boots=result.repeat_boots(),
-                    baseline_boots=baseline.boots,
-                )
-            )
+        result.improved = self.policy.improved(rules, result.repeat_metrics(), result.repeat_boots(), baseline, verdict)
         if self.options.update_baselines:
             if not result.valid:
                 result.baseline_note = "not recorded: the run was invalid (" + "; ".join(result.invalid_reasons) + ")"

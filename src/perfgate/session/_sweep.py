@@ -20,7 +20,7 @@ from perfgate.profile import Slo, Sweep, Workload
 from perfgate.session._policy import GatePolicy
 from perfgate.session._result import RepeatResult, SweepPoint, SweepResult, WorkloadResult
 from perfgate.session._stack import ServerStack
-from perfgate.verdict import MetricRule, MetricVerdict, WorkloadVerdict, improvements, judge
+from perfgate.verdict import MetricRule, MetricVerdict, WorkloadVerdict, judge
 
 ProgressFn = Callable[[Progress], None] | None
 
@@ -81,17 +81,9 @@ class SweepRun:
 
         max_repeats = s.profile.max_repeats_for(sweep.base)
         result.verdict = s.decide(verdict_now, self._one_more, len(result.capacities), max(max_repeats, self.n))
-        if baseline is not None and result.verdict.passed and not s.options.update_baselines:
-            result.improved = tuple(
-                improvements(
-                    [self.rule],
-                    result.capacity_repeats(),
-                    baseline.repeats,
-                    alpha=s.profile.gate.alpha,
-                    current_boots=result.capacity_boots(),
-                    baseline_boots=baseline.boots,
-                )
-            )
+        result.improved = s.improved(
+            [self.rule], result.capacity_repeats(), result.capacity_boots(), baseline, result.verdict
+        )
         if s.options.update_baselines:
             self._record()
         return result

@@ -168,6 +168,15 @@ def _within_boot_spread(boots: Sequence[Sequence[float]]) -> float | None:
     return median(spreads) if spreads else None
 
 
+def _samples(current: list[list[float]], baseline: list[list[float]]) -> tuple[bool, list[float], list[float]]:
+    """Whether boots are the samples, and each side's samples: inside one boot the repeats, across
+    boots each boot's median."""
+    by_boot = len(current) > 1 or len(baseline) > 1
+    if by_boot:
+        return True, [median(b) for b in current], [median(b) for b in baseline]
+    return False, [v for b in current for v in b], [v for b in baseline for v in b]
+
+
 def _judge_metric(
     workload: str,
     rule: MetricRule,
@@ -180,12 +189,8 @@ def _judge_metric(
 ) -> MetricVerdict:
     metric, unit = rule.metric, unit_of(rule.metric)
     higher = rule.direction == "higher"
-    by_boot = len(current) > 1 or (baseline is not None and len(baseline) > 1)
+    by_boot, vals, base_vals = _samples(current, baseline or [])
     replicate: Replicate = "boot" if by_boot else "repeat"
-    # Inside one boot the repeats are the samples; across boots, each boot's median is one.
-    vals = [median(b) for b in current] if by_boot else [v for b in current for v in b]
-    base_groups = baseline or []
-    base_vals = [median(b) for b in base_groups] if by_boot else [v for b in base_groups for v in b]
     base_spread = _spread(base_vals) if by_boot else None
     common: dict[str, Any] = {
         "workload": workload,
@@ -353,9 +358,7 @@ def improvements(
         base_groups = _by_boot(baseline, baseline_boots, rule.metric)
         if not now_groups or not base_groups:
             continue
-        by_boot = len(now_groups) > 1 or len(base_groups) > 1
-        now = [median(b) for b in now_groups] if by_boot else [v for b in now_groups for v in b]
-        base = [median(b) for b in base_groups] if by_boot else [v for b in base_groups for v in b]
+        _, now, base = _samples(now_groups, base_groups)
         measured, before = median(now), median(base)
         sign = 1 if rule.direction == "higher" else -1
         gain = sign * (measured - before) / abs(before) if before else 0.0

@@ -34,9 +34,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from perfgate import _json
-from perfgate._files import read_bytes
-from perfgate.server.autotune._tactics import foreign_environment
+from perfgate.server.autotune._tactics import written_elsewhere
 from perfgate.server.autotune.hook import _perfgate_autotune_hook as _hook
 
 Tuning = Literal["fresh", "cached", "mixed", "unknown"]
@@ -120,14 +118,6 @@ def snapshot_autotune_cache(cache_root: Path | None = None) -> dict[str, str]:
     if not root.is_dir():
         return {}
     return {str(p.resolve()): _sha256(p) for p in root.rglob("*.json") if p.is_file()}
-
-
-def _foreign(path: Path, versions: Mapping[str, str | None]) -> bool:
-    try:
-        meta = _json.loads(read_bytes(path)).get("_metadata")
-    except (OSError, ValueError, AttributeError):
-        return False
-    return isinstance(meta, dict) and bool(foreign_environment(meta, versions))
 
 
 def _sha256(path: Path) -> str:
@@ -302,7 +292,7 @@ def _tuning_from_files(cache_files: list[str], before: Mapping[str, str], versio
         if key in before and path.is_file() and _sha256(path) == before[key]:
             # An unchanged file of another environment was ignored: FlashInfer tuned afresh
             # and kept the other environment's file as it was.
-            kinds.add("fresh" if _foreign(path, versions) else "cached")
+            kinds.add("fresh" if written_elsewhere(path, versions) else "cached")
         else:
             kinds.add("fresh")
     return "mixed" if len(kinds) > 1 else kinds.pop()

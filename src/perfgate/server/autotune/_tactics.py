@@ -199,6 +199,15 @@ def read_tactics(cache_files: Sequence[str], versions: Mapping[str, str | None] 
     )
 
 
+def written_elsewhere(path: Path, versions: Mapping[str, str | None]) -> str:
+    """What in the FlashInfer stamp of the cache file ``path`` differs from the server's ``versions``
+    (see :func:`foreign_environment`); "" when nothing does, and for a file that cannot be read
+    (then it is not known to be another environment's)."""
+    data, problem = _read_one(path)
+    meta = data.get(_METADATA)
+    return foreign_environment(meta, versions) if not problem and isinstance(meta, dict) else ""
+
+
 def foreign_environment(metadata: Mapping[str, Any], versions: Mapping[str, str | None]) -> str:
     """What in a cache file's ``_metadata`` differs from the server's ``versions`` (e.g.
     ``flashinfer_version 0.6.11 (this server: 0.6.15.post1)``); "" when nothing perfgate can
